@@ -1,0 +1,1 @@
+"""Wire protocol (placeholder)."""

@@ -1,0 +1,1 @@
+"""Generic trio supervision (placeholder, filled in by the supervisor work)."""
