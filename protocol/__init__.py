@@ -1,1 +1,38 @@
-"""Wire protocol (placeholder)."""
+"""The wire language between omnigent processes: websocket frames and session events.
+
+Pure data and strict decoding, no I/O, so the server, the host and the runner
+agree on one definition and a malformed peer is rejected in one place.
+"""
+
+from .errors import ProtocolError
+from .events import EVENT_TYPES, TERMINAL_EVENTS, decode_event, make_event
+from .frames import (
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    Cancel,
+    Frame,
+    Hello,
+    HelloAck,
+    HostHello,
+    KillRunner,
+    LaunchRunner,
+    Ping,
+    Pong,
+    RunnerExited,
+    RunnerLaunched,
+    RunnerOnline,
+    TurnCompleted,
+    TurnEvent,
+    TurnFailed,
+    TurnStart,
+    decode,
+    encode,
+)
+
+__all__ = [
+    "EVENT_TYPES", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "TERMINAL_EVENTS",
+    "Cancel", "Frame", "Hello", "HelloAck", "HostHello", "KillRunner", "LaunchRunner",
+    "Ping", "Pong", "ProtocolError", "RunnerExited", "RunnerLaunched", "RunnerOnline",
+    "TurnCompleted", "TurnEvent", "TurnFailed", "TurnStart",
+    "decode", "decode_event", "encode", "make_event",
+]

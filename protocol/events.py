@@ -1,0 +1,77 @@
+"""The session event vocabulary that clients watch.
+
+Names follow the OpenAI Responses streaming events plus `session.*` events of
+our own. Every event is a JSON object with `type` and, once the server has
+logged it, a per-session `sequence_number`. `decode_event` checks the fields a
+client relies on, so a client never renders half an event.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import ProtocolError
+
+SESSION_STATUS = "session.status"          # status: idle|running|waiting|failed
+HEARTBEAT = "session.heartbeat"
+INPUT_CONSUMED = "session.input.consumed"  # the persisted user item
+RUNNER_LOST = "session.runner.lost"        # runner_id, cause
+RUNNER_REBOUND = "session.runner.rebound"  # old_runner_id, new_runner_id, cause
+RESPONSE_CREATED = "response.created"      # a turn attempt started: turn_id, attempt
+TEXT_DELTA = "response.output_text.delta"
+ITEM_DONE = "response.output_item.done"
+COMPLETED = "response.completed"
+FAILED = "response.failed"
+CANCELLED = "response.cancelled"
+
+# type -> fields that must be present (with their types)
+EVENT_TYPES: dict[str, dict[str, type | tuple[type, ...]]] = {
+    SESSION_STATUS: {"status": str},
+    HEARTBEAT: {},
+    INPUT_CONSUMED: {"item": dict},
+    RUNNER_LOST: {"runner_id": str, "cause": str},
+    RUNNER_REBOUND: {"old_runner_id": str, "new_runner_id": str, "cause": str},
+    RESPONSE_CREATED: {"turn_id": str, "attempt": int},
+    TEXT_DELTA: {"turn_id": str, "delta": str},
+    ITEM_DONE: {"turn_id": str, "item": dict},
+    COMPLETED: {"turn_id": str, "response": dict},
+    FAILED: {"turn_id": str, "error": dict},
+    CANCELLED: {"turn_id": str},
+}
+
+TERMINAL_EVENTS = frozenset({COMPLETED, FAILED, CANCELLED})
+
+
+def make_event(type_: str, **fields: Any) -> dict[str, Any]:
+    event = {"type": type_, **fields}
+    _check(event)
+    return event
+
+
+def decode_event(raw: str | bytes | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        event = raw
+    else:
+        try:
+            event = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"event is not JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise ProtocolError("event is not a JSON object")
+    _check(event)
+    return event
+
+
+def _check(event: dict[str, Any]) -> None:
+    type_ = event.get("type")
+    required = EVENT_TYPES.get(type_) if isinstance(type_, str) else None
+    if required is None:
+        raise ProtocolError(f"unknown event type {type_!r}")
+    for name, expected in required.items():
+        value = event.get(name)
+        if not isinstance(value, expected) or isinstance(value, bool) and expected is int:
+            raise ProtocolError(f"{type_}: field {name!r} missing or mistyped")
+    seq = event.get("sequence_number")
+    if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool)):
+        raise ProtocolError(f"{type_}: sequence_number must be an integer")

@@ -1,0 +1,255 @@
+"""Websocket frames: runner<->server and host<->server.
+
+Every frame is one JSON object with a `kind`. Decoding is strict: an unknown
+kind, a missing, extra or mistyped field, an oversized frame or another
+protocol version raises `ProtocolError`, so bad peers fail loudly at the edge
+instead of deep inside the server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .errors import ProtocolError
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Frame:
+    kind: ClassVar[str] = ""
+
+
+# --- runner <-> server -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hello(Frame):
+    """Runner -> server, first frame: who I am and what I can run."""
+
+    kind: ClassVar[str] = "hello"
+    runner_id: str
+    pid: int
+    protocol_version: int
+    harnesses: list[str]
+
+
+@dataclass(frozen=True)
+class HelloAck(Frame):
+    """Server -> runner: accepted; ping every `ping_interval` seconds."""
+
+    kind: ClassVar[str] = "hello.ack"
+    ping_interval: float
+
+
+@dataclass(frozen=True)
+class TurnStart(Frame):
+    """Server -> runner: run one model call with everything it needs (runners are stateless)."""
+
+    kind: ClassVar[str] = "turn.start"
+    turn_id: str
+    session_id: str
+    attempt: int
+    agent: dict[str, Any]
+    input: list[dict[str, Any]]
+    model: str
+    reasoning_effort: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnEvent(Frame):
+    """Runner -> server: one streaming event of a turn (Responses vocabulary)."""
+
+    kind: ClassVar[str] = "turn.event"
+    turn_id: str
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TurnCompleted(Frame):
+    kind: ClassVar[str] = "turn.completed"
+    turn_id: str
+    response_id: str
+    output: list[dict[str, Any]]
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class TurnFailed(Frame):
+    kind: ClassVar[str] = "turn.failed"
+    turn_id: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Cancel(Frame):
+    """Server -> runner: stop this turn now."""
+
+    kind: ClassVar[str] = "cancel"
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class Ping(Frame):
+    kind: ClassVar[str] = "ping"
+    ts: float
+
+
+@dataclass(frozen=True)
+class Pong(Frame):
+    kind: ClassVar[str] = "pong"
+    ts: float
+
+
+# --- host <-> server ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostHello(Frame):
+    kind: ClassVar[str] = "host.hello"
+    host_id: str
+    pid: int
+    protocol_version: int
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class RunnerLaunched(Frame):
+    """Host -> server: a runner process exists (before it said hello)."""
+
+    kind: ClassVar[str] = "host.runner_launched"
+    runner_id: str
+    pid: int
+    log_path: str = ""
+
+
+@dataclass(frozen=True)
+class RunnerExited(Frame):
+    """Host -> server: a runner process ended; `reason` is one human line."""
+
+    kind: ClassVar[str] = "host.runner_exited"
+    runner_id: str
+    code: int | None
+    signal: int | None
+    reason: str
+    log_tail: str = ""
+    gave_up: bool = False
+
+
+@dataclass(frozen=True)
+class RunnerOnline(Frame):
+    """Server -> host: that runner said hello; the supervisor may call it started."""
+
+    kind: ClassVar[str] = "host.runner_online"
+    runner_id: str
+
+
+@dataclass(frozen=True)
+class LaunchRunner(Frame):
+    kind: ClassVar[str] = "host.launch_runner"
+    request_id: str
+
+
+@dataclass(frozen=True)
+class KillRunner(Frame):
+    """Server -> host: kill that runner's process group (e.g. it stopped answering pings)."""
+
+    kind: ClassVar[str] = "host.kill_runner"
+    runner_id: str
+    reason: str
+
+
+FRAME_TYPES: dict[str, type[Frame]] = {
+    cls.kind: cls
+    for cls in (
+        Hello, HelloAck, TurnStart, TurnEvent, TurnCompleted, TurnFailed, Cancel, Ping, Pong,
+        HostHello, RunnerLaunched, RunnerExited, RunnerOnline, LaunchRunner, KillRunner,
+    )
+}
+
+
+def encode(frame: Frame) -> str:
+    data = {"kind": frame.kind, **dataclasses.asdict(frame)}
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode(raw: str | bytes) -> Frame:
+    if len(raw) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(raw)} bytes exceeds {MAX_FRAME_BYTES}", ProtocolError.TOO_LARGE)
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"frame is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("frame is not a JSON object")
+    kind = data.pop("kind", None)
+    cls = FRAME_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(f"unknown frame kind {kind!r}")
+    frame = _build(cls, data)
+    version = getattr(frame, "protocol_version", PROTOCOL_VERSION)
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"protocol version {version} is not supported (this side speaks {PROTOCOL_VERSION})",
+            ProtocolError.VERSION,
+        )
+    return frame
+
+
+def _build(cls: type[Frame], data: dict[str, Any]) -> Frame:
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    extra = set(data) - set(fields)
+    if extra:
+        raise ProtocolError(f"{cls.kind}: unexpected field {sorted(extra)[0]!r}")
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ProtocolError(f"{cls.kind}: missing field {name!r}")
+            continue
+        if not _matches(data[name], hints[name]):
+            raise ProtocolError(f"{cls.kind}: field {name!r} must be {_describe(hints[name])}")
+    return cls(**data)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_matches(v, item) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    return isinstance(value, hint)
+
+
+def _describe(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+__all__ = ["FRAME_TYPES", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Frame", "decode", "encode"]
