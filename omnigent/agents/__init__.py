@@ -1,0 +1,29 @@
+"""Agent specs and bundles: what `omnigent run AGENT` reads and uploads.
+
+`spec` loads and checks agent YAML and resolves credentials at use time;
+`bundle` packs specs into, and reads them back from, uploadable .tar.gz bytes.
+"""
+
+from .bundle import bundle_bytes, bundle_from_spec, spec_from_bundle
+from .spec import (
+    DEFAULT_HARNESS,
+    DEFAULT_MODEL,
+    HARNESSES,
+    AgentSpec,
+    SpecError,
+    load_spec,
+    resolve_auth,
+)
+
+__all__ = [
+    "DEFAULT_HARNESS",
+    "DEFAULT_MODEL",
+    "HARNESSES",
+    "AgentSpec",
+    "SpecError",
+    "bundle_bytes",
+    "bundle_from_spec",
+    "load_spec",
+    "resolve_auth",
+    "spec_from_bundle",
+]

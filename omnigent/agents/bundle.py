@@ -1,0 +1,145 @@
+"""Agent bundles: the .tar.gz form in which a spec is uploaded.
+
+A session is created by uploading a bundle; the server, and `load_spec` for a
+.tar.gz path, read it back with `spec_from_bundle`. Bundles come from clients,
+so reading happens in memory only, with a size cap and member-path checks.
+Bundles are never given credentials from the environment: files go in as
+written, and `bundle_from_spec` writes `executor.auth` unexpanded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+import zlib
+
+from .spec import (
+    MAX_BYTES,
+    AgentSpec,
+    SpecError,
+    build_spec,
+    dump_yaml,
+    read_capped,
+    select_document,
+)
+
+_MiB = MAX_BYTES // (1024 * 1024)
+
+
+def bundle_bytes(path: str | os.PathLike) -> bytes:
+    """Bytes to upload for `path`.
+
+    A .yaml/.yml file: a tar.gz holding it at the root under its own name.
+    A directory: a tar.gz of its contents, relative to it. Any other file
+    (e.g. an existing .tar.gz): its bytes unchanged.
+    """
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        return _tar_gz(lambda tar: _add_dir(tar, p))
+    if not os.path.exists(p):
+        raise SpecError(p, "no such file")
+    if p.lower().endswith((".yaml", ".yml")):
+        data = read_capped(p)
+        mtime = int(os.stat(p).st_mtime)
+        return _tar_gz(lambda tar: _add_bytes(tar, os.path.basename(p), data, mtime))
+    try:
+        with open(p, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise SpecError(p, f"cannot read ({e.strerror or e})") from e
+
+
+def bundle_from_spec(spec: AgentSpec) -> bytes:
+    """A tar.gz with one `agent.yaml` holding the effective spec (overrides applied).
+
+    Deterministic bytes for the same spec.
+    """
+    data = dump_yaml(spec.raw)
+    return _tar_gz(lambda tar: _add_bytes(tar, "agent.yaml", data, 0))
+
+
+def spec_from_bundle(data: bytes, *, name_hint: str = "bundle") -> AgentSpec:
+    """The spec inside a bundle: root `config.yaml`, else the single root agent YAML.
+
+    `name_hint` labels errors (`<hint>/<member>: ...`).
+    """
+    doc, source = bundle_document(data, name_hint)
+    return build_spec(doc, source)
+
+
+def bundle_document(data: bytes, hint: str) -> tuple[object, str]:
+    """Parsed spec document of a bundle and its source label; see `spec_from_bundle`."""
+    if len(data) > MAX_BYTES:
+        raise SpecError(hint, f"bundle too large (over {_MiB} MiB)")
+    if bytes(data[:2]) == b"\x1f\x8b":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+                data = gz.read(MAX_BYTES + 1)  # bounded: no gzip bombs
+        except (OSError, EOFError, zlib.error) as e:
+            raise SpecError(hint, f"not a valid .tar.gz bundle ({e})") from e
+        if len(data) > MAX_BYTES:
+            raise SpecError(hint, f"bundle too large (over {_MiB} MiB unpacked)")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            root = {}
+            for member in tar.getmembers():
+                name = _safe_name(member, hint)
+                if member.isfile() and "/" not in name:
+                    root[name] = member
+            return select_document(
+                hint,
+                sorted(root),
+                lambda n: tar.extractfile(root[n]).read(),
+                lambda n: f"{hint}/{n}",
+            )
+    except tarfile.TarError as e:
+        raise SpecError(hint, f"not a valid .tar.gz bundle ({e})") from e
+
+
+def _safe_name(member: tarfile.TarInfo, hint: str) -> str:
+    """Member name without leading './'; absolute or '..' paths (or link targets) are refused."""
+    name = member.name
+    while name.startswith("./"):
+        name = name[2:]
+    targets = [member.name]
+    if member.issym() or member.islnk():
+        targets.append(member.linkname)
+    for t in targets:
+        t = t.replace("\\", "/")
+        if t.startswith("/") or t[1:2] == ":" or ".." in t.split("/"):
+            raise SpecError(hint, f"unsafe path in bundle: {t!r}")
+    return name
+
+
+def _tar_gz(fill) -> bytes:
+    buf = io.BytesIO()
+    # gzip mtime pinned to 0 so identical content gives identical bytes
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        fill(tar)
+    return buf.getvalue()
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    info.mtime = mtime
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _add_dir(tar: tarfile.TarFile, root: str) -> None:
+    try:
+        names = sorted(os.listdir(root))
+    except OSError as e:
+        raise SpecError(root, f"cannot read ({e.strerror or e})") from e
+    for n in names:
+        tar.add(os.path.join(root, n), arcname=n, filter=_anonymous)
+
+
+def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    # the local user's names and ids have no business on the server
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
