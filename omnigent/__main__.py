@@ -1,0 +1,5 @@
+"""`python -m omnigent` is the `omnigent` command."""
+
+from .cli import main
+
+main()

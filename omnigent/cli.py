@@ -1,0 +1,113 @@
+"""The `omnigent` command line: run, server, mock-llm.
+
+Only click is imported at module level; everything heavy is imported by the
+command that needs it, so `omnigent --help` and error paths stay instant.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+RESUME_PICKER = "__resume_picker__"
+NO_ENDPOINT = (
+    "no model endpoint configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for any "
+    "OpenAI-compatible server), or try offline: `omnigent mock-llm --port 8765 &` then "
+    "OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=mock"
+)
+
+
+def _bundle(source: Path) -> bytes:
+    """The agent bundle for a YAML file, a directory or an existing archive (kept for the seeds)."""
+    from .agents import bundle_bytes
+
+    return bundle_bytes(Path(source))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Run AI agents defined in YAML, supervised and self-healing."""
+
+
+@cli.command()
+@click.argument("agent", type=click.Path(path_type=Path))
+@click.option("--model", help="Model name, passed to the endpoint exactly as given.")
+@click.option("--harness", help="openai-agents (Responses API) or openai-chat (Chat Completions).")
+@click.option("--system-prompt", help="Replace the agent's prompt.")
+@click.option("-p", "--prompt", help="Run this one prompt, print the answer and exit.")
+@click.option("-r", "--resume", "resume", is_flag=False, flag_value=RESUME_PICKER, default=None,
+              help="Resume a conversation by id (no id: pick from a list).")
+@click.option("-c", "--continue", "resume_latest", is_flag=True,
+              help="Continue the most recent conversation of this agent.")
+@click.option("--no-session", is_flag=True, help="Use a temporary store removed at exit.")
+@click.option("--log/--no-log", default=False, help="Accepted for compatibility; logs always go to files.")
+def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_latest, no_session, log) -> None:
+    """Chat with AGENT (a YAML file or directory) in a REPL, or answer one prompt with -p."""
+    from .agents import SpecError, bundle_from_spec, load_spec, resolve_auth
+
+    try:
+        spec = load_spec(agent, model=model, harness=harness, system_prompt=system_prompt)
+        auth = resolve_auth(spec, os.environ)
+    except SpecError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not auth.get("api_key") and not auth.get("base_url"):
+        raise click.ClickException(NO_ENDPOINT)
+    if no_session and (resume or resume_latest):
+        raise click.ClickException("--no-session cannot be combined with --resume or --continue")
+
+    from .front import Front, FrontOptions
+    from .local import run_tree
+
+    options = FrontOptions(
+        agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
+        resume=resume, resume_latest=resume_latest, workspace=os.getcwd(),
+    )
+    tmp = None
+    if no_session:
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix="omnigent-chat-"))
+        db_path = tmp / "chat.db"
+    else:
+        from .store import default_db_path
+
+        db_path = default_db_path()
+    from .store import StoreError
+
+    try:
+        import trio
+
+        code = trio.run(run_tree, db_path, Front(options).run)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if tmp is not None:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=0, type=int, help="0 picks a free port.")
+def mock_llm(host: str, port: int) -> None:
+    """A scripted OpenAI-compatible server for tests and offline demos."""
+    from .testing.mock_llm import main as serve_mock
+
+    serve_mock(host, port)
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="omnigent", standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,81 @@
+"""What the user talks to: one-shot `-p` or the REPL, as a client of a server.
+
+It resolves which conversation to use (explicit id, picker, --continue, or a
+fresh one created lazily on the first message) and then either runs one turn
+and prints the answer, or hands over to the REPL.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from .client import OmnigentClient, OmnigentError
+
+RESUME_PICKER = "__resume_picker__"
+
+
+class FrontError(Exception):
+    """A user-facing failure: printed as `Error: <message>`, exit 1."""
+
+
+@dataclass
+class FrontOptions:
+    agent_path: str
+    agent_name: str
+    bundle: bytes
+    prompt: str | None = None
+    resume: str | None = None
+    resume_latest: bool = False
+    workspace: str | None = None
+
+
+class Front:
+    def __init__(self, options: FrontOptions) -> None:
+        self.options = options
+
+    async def run(self, client: OmnigentClient) -> int:
+        try:
+            session_id = await self.resolve(client)
+            if self.options.prompt is not None:
+                return await self.one_shot(client, session_id)
+            from .repl import Repl
+
+            return await Repl(client, self.options, session_id).run()
+        except (FrontError, OmnigentError) as exc:
+            print(f"Error: {exc}", file=sys.stderr, flush=True)
+            return 1
+
+    async def resolve(self, client: OmnigentClient) -> str | None:
+        """The conversation to attach to, or None for a fresh one. Precedence: id, picker, continue."""
+        opts = self.options
+        if opts.resume and opts.resume != RESUME_PICKER:
+            try:
+                await client.get_session(opts.resume)
+            except OmnigentError as exc:
+                if exc.status_code == 404:
+                    raise FrontError(f"Conversation '{opts.resume}' not found.") from None
+                raise
+            return opts.resume
+        if opts.resume == RESUME_PICKER:
+            from .repl.picker import pick_session
+
+            return await pick_session(client, opts.agent_name)
+        if opts.resume_latest:
+            rows = await client.list_sessions(agent_name=opts.agent_name, limit=1, sort_by="updated_at")
+            if not rows:
+                raise FrontError(f"No prior conversation for agent {opts.agent_name!r}.")
+            return rows[0]["id"]
+        return None
+
+    async def one_shot(self, client: OmnigentClient, session_id: str | None) -> int:
+        if session_id is None:
+            session_id = (await client.create_session(self.options.bundle,
+                                                      workspace=self.options.workspace))["id"]
+        result = await client.run_turn(session_id, self.options.prompt or "")
+        if result.status == "completed":
+            print(result.text, flush=True)
+            return 0
+        message = (result.error or {}).get("message") or result.status
+        print(f"Error: {message}", file=sys.stderr, flush=True)
+        return 1

@@ -1,0 +1,90 @@
+"""The tree of `omnigent run`: server + host + a front end, in one trio.run.
+
+The listening socket is bound first and the host launches its runner before
+the server's heavy imports happen, so runner start-up (dominated by importing
+openai) overlaps server start-up. Leaving the front end ends the tree in
+order: runners first (so none is restarted), then the server, then the store.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+from .client import OmnigentClient
+from .host import Host
+from .link import memory_link
+from .logs import logs_dir, open_log, prune
+from .store import Store
+
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+async def run_tree(
+    db_path: Path,
+    front: Callable[[OmnigentClient], Awaitable[int]],
+    *,
+    runners: int = 1,
+    workspace: str | None = None,
+    handle_sigint: bool = True,
+) -> int:
+    """Run `front` against a fresh in-process server and runner pool; returns the exit code."""
+    from .server.serve import bind_socket, run_server, url_of
+
+    sock = bind_socket()
+    url = url_of(sock)
+    token = secrets.token_urlsafe(32)
+    server_end, host_end = memory_link()
+    open_log("host")
+    prune(logs_dir() / "runner")
+    host = Host(url, token, host_end, log_dir=logs_dir(), workspace=workspace or os.getcwd(),
+                runners=runners)
+    exit_code = 0
+    store = Store(db_path)
+    try:
+        async with trio.open_nursery() as nursery:
+            host_scope = trio.CancelScope()
+            host_done = trio.Event()
+
+            async def run_host() -> None:
+                try:
+                    with host_scope:
+                        await host.run()
+                finally:
+                    host_done.set()
+
+            nursery.start_soon(run_host)  # first: the runner imports while the server does
+            server = await nursery.start(lambda task_status: run_server(
+                store, sock, token=token, host_links=[server_end], task_status=task_status))
+            front_scope = trio.CancelScope()
+
+            async def on_signals() -> None:
+                nonlocal exit_code
+                sigs = list(SIGNAL_EXIT) if handle_sigint else [signal.SIGTERM, signal.SIGHUP]
+                with trio.open_signal_receiver(*sigs) as received:
+                    async for signum in received:
+                        exit_code = SIGNAL_EXIT[signum]
+                        front_scope.cancel()
+                        return
+
+            nursery.start_soon(on_signals)
+            try:
+                with front_scope:
+                    async with OmnigentClient(url) as client:
+                        code = await front(client)
+                        exit_code = exit_code or code
+            finally:
+                with trio.CancelScope(shield=True):
+                    host_scope.cancel()
+                    with trio.move_on_after(host.shutdown_grace + 1):
+                        await host_done.wait()  # runners stopped before the server goes
+                    await server.aclose()
+                nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+    return exit_code

@@ -1,0 +1,438 @@
+"""The HTTP + websocket API: sessions, items, runners, event streams.
+
+Routes are thin: they validate input into one error shape, call the store and
+the turn service, and never let an exception out as a bare 500 page.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from typing import Any
+from urllib.parse import urlsplit
+
+import trio
+from quart import Response, request, websocket
+from quart_trio import QuartTrio
+
+import protocol as p
+from protocol import events as ev
+
+from ..agents import SpecError, spec_from_bundle
+from .errors import ApiError, invalid, not_found
+from .registry import RunnerConn
+from .state import ServerState
+
+log = logging.getLogger("omnigent.server")
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+TRUSTED_ORIGINS = {"omnigent://internal"}
+MAX_BODY = 32 * 1024 * 1024
+
+
+def create_app(state: ServerState) -> QuartTrio:
+    app = QuartTrio("omnigent")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    store = state.store
+
+    # --- cross-cutting ------------------------------------------------------
+
+    @app.errorhandler(ApiError)
+    async def _api_error(exc: ApiError):
+        return exc.body(), exc.status
+
+    @app.errorhandler(404)
+    async def _no_route(_exc):
+        return ApiError("not_found", f"no route for {request.method} {request.path}").body(), 404
+
+    @app.errorhandler(405)
+    async def _bad_method(_exc):
+        return ApiError("method_not_allowed", f"{request.method} is not allowed on {request.path}").body(), 405
+
+    @app.errorhandler(413)
+    async def _too_large(_exc):
+        return ApiError("too_large", f"request body over {MAX_BODY} bytes").body(), 413
+
+    @app.errorhandler(Exception)
+    async def _crash(exc: Exception):
+        code = getattr(exc, "code", None)
+        if isinstance(code, int) and 400 <= code < 500:  # werkzeug/quart HTTPException
+            return ApiError("invalid_input", getattr(exc, "description", str(exc))).body(), code
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return ApiError("internal_error", "internal error").body(), 500
+
+    def _check_origin(headers, *, needs_token: bool) -> None:
+        origin = headers.get("Origin")
+        if origin and origin not in TRUSTED_ORIGINS and urlsplit(origin).hostname not in LOOPBACK:
+            raise ApiError("forbidden", f"requests from origin {origin} are refused")
+        if state.loopback_only:
+            host = (headers.get("Host") or "").rsplit(":", 1)[0]
+            if host not in LOOPBACK:
+                raise ApiError("forbidden", f"host {host!r} is refused")
+        if needs_token and not state.token_ok(headers.get("Authorization")):
+            raise ApiError("unauthorized", "missing or wrong bearer token")
+
+    @app.before_request
+    async def _guard():
+        _check_origin(request.headers, needs_token=state.require_client_token and request.path != "/health")
+
+    # --- health -------------------------------------------------------------
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    # --- sessions -----------------------------------------------------------
+
+    @app.post("/v1/sessions")
+    async def create_session():
+        if (request.content_type or "").startswith("multipart/form-data"):
+            form = await request.form
+            files = await request.files
+            try:
+                meta = json.loads(form.get("metadata") or "{}")
+            except ValueError:
+                raise invalid("metadata is not valid JSON") from None
+            if not isinstance(meta, dict):
+                raise invalid("metadata must be a JSON object")
+            upload = files.get("bundle")
+            if upload is None:
+                raise invalid("multipart part 'bundle' is missing")
+            data = upload.read()
+            try:
+                spec = spec_from_bundle(data, name_hint=upload.filename or "bundle")
+            except SpecError as exc:
+                raise invalid(f"bad agent bundle: {exc}") from None
+            agent = store.upsert_agent(spec.name, spec.to_dict(), data)
+            conv = _create(meta, agent)
+            return {"session_id": conv["id"], "agent_id": agent["id"], "agent_name": agent["name"]}, 201
+        body = await _json_body()
+        agent_id = body.get("agent_id")
+        if not isinstance(agent_id, str):
+            raise invalid("'agent_id' is required (or send a multipart bundle)")
+        agent = store.get_agent(agent_id)
+        if agent is None:
+            raise not_found("Agent")
+        conv = _create({k: v for k, v in body.items() if k != "agent_id"}, agent)
+        return _session(conv["id"]), 201
+
+    def _create(meta: dict[str, Any], agent: dict[str, Any]) -> dict[str, Any]:
+        allowed = {"title", "labels", "reasoning_effort", "workspace", "model_override", "host_id"}
+        extra = set(meta) - allowed
+        if extra:
+            raise invalid(f"unexpected metadata field {sorted(extra)[0]!r}")
+        effort = meta.get("reasoning_effort")
+        if effort is not None and effort not in EFFORTS:
+            raise invalid(f"reasoning_effort must be one of {', '.join(EFFORTS)}")
+        for key in ("title", "workspace", "model_override"):
+            if meta.get(key) is not None and not isinstance(meta[key], str):
+                raise invalid(f"{key!r} must be a string")
+        return store.create_conversation(
+            agent_id=agent["id"], title=meta.get("title") or "", reasoning_effort=effort,
+            model_override=meta.get("model_override"), workspace=meta.get("workspace"),
+        )
+
+    @app.get("/v1/sessions")
+    async def list_sessions():
+        args = request.args
+        limit = _int_arg("limit", 20, 1, 1000)
+        order = args.get("order", "desc")
+        sort_by = args.get("sort_by", "created_at")
+        if order not in ("asc", "desc"):
+            raise invalid("order must be asc or desc")
+        if sort_by not in ("created_at", "updated_at"):
+            raise invalid("sort_by must be created_at or updated_at")
+        rows = store.list_conversations(limit=limit + 1, agent_name=args.get("agent_name"),
+                                        order=order, sort_by=sort_by)
+        has_more = len(rows) > limit
+        data = [_list_item(r) for r in rows[:limit]]
+        return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None, "has_more": has_more}
+
+    @app.get("/v1/sessions/<session_id>")
+    async def get_session(session_id: str):
+        return _session(session_id)
+
+    @app.patch("/v1/sessions/<session_id>")
+    async def patch_session(session_id: str):
+        _conv(session_id)
+        body = await _json_body()
+        known = {"runner_id", "title", "reasoning_effort", "model_override"}
+        extra = set(body) - known
+        if extra:
+            raise invalid(f"unknown field {sorted(extra)[0]!r}")
+        if "runner_id" in body:
+            rid = body["runner_id"]
+            if rid is not None and not isinstance(rid, str):
+                raise invalid("'runner_id' must be a string")
+            if rid and rid not in state.registry.online:
+                raise invalid(f"runner '{rid}' is not registered")
+            store.set_runner(session_id, rid or None)
+        fields = {}
+        for key in ("title", "model_override"):
+            if key in body:
+                if body[key] is not None and not isinstance(body[key], str):
+                    raise invalid(f"{key!r} must be a string")
+                fields[key] = body[key] if key != "title" else (body[key] or "")
+        if "reasoning_effort" in body:
+            if body["reasoning_effort"] is not None and body["reasoning_effort"] not in EFFORTS:
+                raise invalid(f"reasoning_effort must be one of {', '.join(EFFORTS)}")
+            fields["reasoning_effort"] = body["reasoning_effort"]
+        if fields:
+            store.update_conversation(session_id, **fields)
+        return _session(session_id)
+
+    @app.post("/v1/sessions/<session_id>/events")
+    async def post_event(session_id: str):
+        _conv(session_id)
+        body = await _json_body()
+        kind = body.get("type")
+        if kind == "interrupt":
+            return {"queued": False, "interrupted": await state.turns.interrupt(session_id)}, 202
+        if kind != "message":
+            raise invalid("'type' must be 'message' or 'interrupt'")
+        data = body.get("data")
+        if not isinstance(data, dict) or data.get("role", "user") != "user":
+            raise invalid("'data' must be a user message object")
+        content = _content(data.get("content"))
+        item = store.append_item(session_id, {"type": "message", "role": "user", "content": content})
+        turn = store.create_turn(session_id, item["id"])
+        state.hub.publish(session_id, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+        state.turns.submit(session_id)
+        return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202
+
+    @app.get("/v1/sessions/<session_id>/items")
+    async def list_items(session_id: str):
+        _conv(session_id)
+        limit = _int_arg("limit", 100, 1, 1000)
+        order = request.args.get("order", "asc")
+        if order not in ("asc", "desc"):
+            raise invalid("order must be asc or desc")
+        rows = store.list_items(session_id, limit=limit + 1, after=request.args.get("after"), order=order)
+        data = rows[:limit]
+        return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None, "has_more": len(rows) > limit}
+
+    @app.get("/v1/sessions/<session_id>/turns")
+    async def list_turns(session_id: str):
+        _conv(session_id)
+        return {"object": "list", "data": store.list_turns(session_id)}
+
+    # --- event streams ------------------------------------------------------
+
+    @app.get("/v1/sessions/<session_id>/stream")
+    async def sse(session_id: str):
+        _conv(session_id)
+        after = _after_arg()
+
+        async def body():
+            yield _sse({"type": ev.HEARTBEAT, "sequence_number": state.hub.last_seq(session_id)})
+            send, recv = trio.open_memory_channel[dict[str, Any]](0)
+            async with trio.open_nursery() as n:
+                async def pump():
+                    async with send:
+                        async for event in state.hub.follow(session_id, after):
+                            await send.send(event)
+                n.start_soon(pump)
+                while True:
+                    with trio.move_on_after(15) as idle:
+                        try:
+                            event = await recv.receive()
+                        except trio.EndOfChannel:
+                            break
+                    yield _sse({"type": ev.HEARTBEAT} if idle.cancelled_caught else event)
+                n.cancel_scope.cancel()
+            yield b"data: [DONE]\n\n"
+
+        return Response(body(), content_type="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.websocket("/v1/sessions/<session_id>/ws")
+    async def session_ws(session_id: str):
+        try:
+            _check_origin(websocket.headers, needs_token=state.require_client_token)
+            _conv(session_id)
+            after = _after_arg(websocket.args)
+        except ApiError as exc:
+            return exc.body(), exc.status
+        await websocket.accept()
+        async with trio.open_nursery() as n:
+            n.start_soon(_close_on_shutdown, n)
+            n.start_soon(_drain_client, n)
+            await websocket.send(json.dumps({"type": ev.HEARTBEAT, "session_id": session_id,
+                                             "sequence_number": state.hub.last_seq(session_id)}))
+            async for event in state.hub.follow(session_id, after):
+                await websocket.send(json.dumps(event))
+
+    async def _drain_client(n: trio.Nursery) -> None:
+        while True:  # clients send nothing we need; reading notices a close
+            await websocket.receive()
+
+    async def _close_on_shutdown(n: trio.Nursery) -> None:
+        await state.shutting_down.wait()
+        await websocket.close(1001, "server shutting down")  # not 1006 after a 3 s hang (G1)
+        n.cancel_scope.cancel()
+
+    # --- runners ------------------------------------------------------------
+
+    @app.get("/v1/runners")
+    async def runners():
+        return {"object": "list", "data": [
+            {"runner_id": c.runner_id, "online": True, "pid": c.pid, "harnesses": c.harnesses}
+            for c in state.registry.online.values()
+        ]}
+
+    @app.get("/v1/runners/<runner_id>/status")
+    async def runner_status(runner_id: str):
+        return state.registry.status(runner_id)
+
+    @app.websocket("/v1/runners/<runner_id>/ws")
+    async def runner_ws(runner_id: str):
+        if not state.token_ok(websocket.headers.get("Authorization")):
+            return ApiError("unauthorized", "missing or wrong runner token").body(), 401
+        await websocket.accept()
+        try:
+            with trio.fail_after(state.hello_timeout):
+                hello = p.decode(await websocket.receive())
+            if not isinstance(hello, p.Hello) or hello.runner_id != runner_id:
+                raise p.ProtocolError("first frame must be a hello for this runner id")
+        except p.ProtocolError as exc:
+            await websocket.close(exc.close_code, exc.reason[:120])
+            return
+        except trio.TooSlowError:
+            await websocket.close(4008, "no hello")
+            return
+        outbox, outgoing = trio.open_memory_channel[p.Frame](256)
+        conn = RunnerConn(hello.runner_id, hello.pid, list(hello.harnesses), outbox)
+        state.registry.register(conn)
+        state.host_events.runner_online(runner_id)
+        ended: list[str] = []  # why the connection ended, first reason wins
+        try:
+            await websocket.send(p.encode(p.HelloAck(ping_interval=state.ping_interval)))
+            async with trio.open_nursery() as n:
+                n.start_soon(_close_on_shutdown, n)
+                n.start_soon(_runner_sender, outgoing)
+                n.start_soon(_pinger, conn, n, ended)
+                n.start_soon(_runner_receiver, conn, n, ended)
+        finally:
+            cause = ended[0] if ended else "disconnected"
+            if cause.startswith("hung"):
+                state.host_events.kill_runner(runner_id, cause)
+            state.registry.unregister(conn, cause)
+
+    async def _runner_receiver(conn: RunnerConn, n: trio.Nursery, ended: list[str]) -> None:
+        try:
+            while True:
+                frame = p.decode(await websocket.receive())
+                if isinstance(frame, p.Pong):
+                    conn.last_pong = trio.current_time()
+                elif isinstance(frame, (p.TurnEvent, p.TurnCompleted, p.TurnFailed)):
+                    conn.route(frame.turn_id, frame)
+                else:
+                    raise p.ProtocolError(f"a runner may not send {frame.kind!r}")
+        except p.ProtocolError as exc:
+            ended.append(f"protocol error: {exc.reason}")
+            log.warning("runner %s: %s", conn.runner_id, exc.reason)
+            with trio.move_on_after(1):
+                await websocket.close(exc.close_code, exc.reason[:120])
+            n.cancel_scope.cancel()
+
+    async def _runner_sender(outgoing: trio.MemoryReceiveChannel[p.Frame]) -> None:
+        async for frame in outgoing:
+            await websocket.send(p.encode(frame))
+
+    async def _pinger(conn: RunnerConn, n: trio.Nursery, ended: list[str]) -> None:
+        while True:
+            await trio.sleep(state.ping_interval)
+            silent = trio.current_time() - conn.last_pong
+            if silent > state.ping_interval * state.ping_allowance:
+                ended.append(f"hung: no pong for {silent:.1f} s")
+                n.cancel_scope.cancel()
+                return
+            try:
+                conn.outbox.send_nowait(p.Ping(ts=trio.current_time()))
+            except trio.WouldBlock:
+                pass  # outbox full: the missing pong will tell
+
+    # --- helpers ------------------------------------------------------------
+
+    def _conv(session_id: str) -> dict[str, Any]:
+        conv = store.get_conversation(session_id)
+        if conv is None:
+            raise ApiError("not_found", "Session not found")
+        return conv
+
+    def _session(session_id: str) -> dict[str, Any]:
+        conv = _conv(session_id)
+        body = _list_item(conv)
+        agent = store.get_agent(conv["agent_id"]) if conv.get("agent_id") else None
+        spec = agent["spec"] if agent else {}
+        body.update(llm_model=conv.get("model_override") or spec.get("model"),
+                    harness=spec.get("harness"), model_override=conv.get("model_override"),
+                    last_sequence_number=state.hub.last_seq(session_id))
+        return body
+
+    def _list_item(conv: dict[str, Any]) -> dict[str, Any]:
+        rid = conv.get("runner_id")
+        return {
+            "id": conv["id"], "object": "session", "agent_id": conv.get("agent_id"),
+            "agent_name": conv.get("agent_name"), "status": state.turns.status(conv["id"]),
+            "created_at": conv["created_at"], "updated_at": conv["updated_at"],
+            "title": conv.get("title") or "", "labels": {}, "runner_id": rid,
+            "runner_online": bool(rid and rid in state.registry.online),
+            "reasoning_effort": conv.get("reasoning_effort"), "workspace": conv.get("workspace"),
+        }
+
+    async def _json_body() -> dict[str, Any]:
+        raw = await request.get_data()
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            raise invalid("request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise invalid("request body must be a JSON object")
+        return body
+
+    def _int_arg(name: str, default: int, lo: int, hi: int) -> int:
+        raw = request.args.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise invalid(f"{name} must be an integer") from None
+        if not lo <= value <= hi:
+            raise invalid(f"{name} must be between {lo} and {hi}")
+        return value
+
+    def _after_arg(args=None) -> int | None:
+        raw = (args if args is not None else request.args).get("after")
+        if raw is None:
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            raise invalid("after must be an integer sequence number") from None
+
+    def _content(content: Any) -> list[dict[str, Any]]:
+        if isinstance(content, str):
+            content = [{"type": "input_text", "text": content}]
+        if not isinstance(content, list) or not content:
+            raise invalid("message content must be a non-empty list of parts or a string")
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
+                raise invalid("message content parts must be {'type': 'input_text', 'text': str}")
+        return content
+
+    return app
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)

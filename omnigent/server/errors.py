@@ -1,0 +1,34 @@
+"""API errors as one JSON shape: {"error": {"code", "message"}} with a 4xx/5xx status."""
+
+from __future__ import annotations
+
+STATUS = {
+    "invalid_input": 400,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "conflict": 409,
+    "too_large": 413,
+    "runner_unavailable": 503,
+    "internal_error": 500,
+}
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = STATUS[code]
+
+    def body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError("not_found", f"{what} not found")
+
+
+def invalid(message: str) -> ApiError:
+    return ApiError("invalid_input", message)

@@ -1,0 +1,112 @@
+"""Which runners are online right now, and the routes to their websockets.
+
+The registry is the one place that knows a runner is connected: the runner
+websocket handler registers it after a valid hello and unregisters it when the
+socket ends. Turns in flight on a runner are tracked here so that losing the
+runner ends them at once (their channels close) instead of leaving them hung.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from protocol import Frame
+
+
+@dataclass
+class RunnerConn:
+    runner_id: str
+    pid: int
+    harnesses: list[str]
+    outbox: trio.MemorySendChannel[Frame]
+    connected_at: float = field(default_factory=trio.current_time)
+    last_pong: float = field(default_factory=trio.current_time)
+    turns: dict[str, trio.MemorySendChannel[Any]] = field(default_factory=dict)
+
+    async def send(self, frame: Frame) -> None:
+        await self.outbox.send(frame)
+
+    def open_turn(self, turn_id: str) -> trio.MemoryReceiveChannel[Any]:
+        send, recv = trio.open_memory_channel[Any](math.inf)
+        self.turns[turn_id] = send
+        return recv
+
+    def close_turn(self, turn_id: str) -> None:
+        ch = self.turns.pop(turn_id, None)
+        if ch is not None:
+            ch.close()
+
+    def route(self, turn_id: str, frame: Frame) -> bool:
+        ch = self.turns.get(turn_id)
+        if ch is None:
+            return False  # late frame of a turn nobody waits for any more
+        ch.send_nowait(frame)
+        return True
+
+
+@dataclass(frozen=True)
+class Departure:
+    """Why a runner went offline, kept for status queries and notices."""
+
+    runner_id: str
+    cause: str          # "disconnected", "exited with code 3", "killed by SIGKILL", "hung: ..."
+    at: float
+    error: str | None = None  # crash report (exit reason + log tail) when the host sent one
+
+
+class RunnerRegistry:
+    def __init__(self) -> None:
+        self.online: dict[str, RunnerConn] = {}
+        self.departed: dict[str, Departure] = {}
+        self.pids: dict[str, int] = {}
+        self.gave_up: str | None = None  # why the host stopped replacing runners, with the log tail
+        self._changed = trio.Event()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def register(self, conn: RunnerConn) -> None:
+        self.online[conn.runner_id] = conn
+        self.pids[conn.runner_id] = conn.pid
+        self.departed.pop(conn.runner_id, None)
+        self._notify()
+
+    def unregister(self, conn: RunnerConn, cause: str) -> None:
+        if self.online.get(conn.runner_id) is not conn:
+            return
+        del self.online[conn.runner_id]
+        for turn_id in list(conn.turns):
+            conn.close_turn(turn_id)
+        conn.outbox.close()
+        self.departed.setdefault(conn.runner_id, Departure(conn.runner_id, cause, trio.current_time()))
+        self._notify()
+
+    def record_exit(self, runner_id: str, cause: str, error: str | None) -> None:
+        """The host saw the process end: a better cause than a dropped socket."""
+        self.departed[runner_id] = Departure(runner_id, cause, trio.current_time(), error)
+        conn = self.online.get(runner_id)
+        if conn is not None:
+            self.unregister(conn, cause)
+        else:
+            self._notify()
+
+    def give_up(self, report: str) -> None:
+        self.gave_up = report
+        self._notify()
+
+    async def wait_changed(self) -> None:
+        await self._changed.wait()
+
+    def status(self, runner_id: str) -> dict[str, Any]:
+        conn = self.online.get(runner_id)
+        body: dict[str, Any] = {"runner_id": runner_id, "online": conn is not None,
+                                "pid": self.pids.get(runner_id)}
+        gone = self.departed.get(runner_id)
+        if conn is None and gone is not None:
+            body["error"] = gone.error or gone.cause
+        return body

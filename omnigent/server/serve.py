@@ -1,0 +1,121 @@
+"""Run the API server inside a trio nursery and stop it gracefully.
+
+The listening socket may be bound by the caller before quart is even
+imported, so a runner can dial it while the server is still starting (its
+connection waits in the backlog). Shutdown closes every websocket with 1001
+first, so hypercorn does not wait out its graceful timeout (G1).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+import protocol as p
+
+from ..link import LinkEnd
+from ..store import Store
+from .hub import EventHub
+from .registry import RunnerRegistry
+from .state import ServerState
+from .turns import TurnService
+
+log = logging.getLogger("omnigent.server")
+
+
+def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+@dataclass
+class ServerHandle:
+    url: str
+    state: ServerState
+    _done: trio.Event
+    _scope: trio.CancelScope
+
+    async def aclose(self, grace: float = 2.0) -> None:
+        self.state.shutting_down.set()
+        self.state.hub.close()
+        with trio.move_on_after(grace):
+            await self._done.wait()
+        self._scope.cancel()
+
+
+async def run_server(
+    store: Store,
+    sock: socket.socket,
+    *,
+    token: str,
+    host_links: list[LinkEnd] = (),
+    runner_wait: float = 30.0,
+    max_attempts: int = 2,
+    loopback_only: bool = True,
+    require_client_token: bool = False,
+    ping_interval: float = 1.0,
+    ping_allowance: float = 3.0,
+    task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    from .app import create_app
+
+    url = url_of(sock)
+    done = trio.Event()
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            hub = EventHub()
+            registry = RunnerRegistry()
+            turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
+                                max_attempts=max_attempts)
+            state = ServerState(store, hub, registry, turns, token, loopback_only=loopback_only,
+                                require_client_token=require_client_token,
+                                ping_interval=ping_interval, ping_allowance=ping_allowance)
+            for link in host_links:
+                state.host_events.links.append(link)
+                nursery.start_soon(_consume_host, state, link)
+            config = Config()
+            config.bind = [f"fd://{sock.detach()}"]
+            config.accesslog = None
+            config.errorlog = log
+            config.graceful_timeout = 1.0
+            config.websocket_max_message_size = p.MAX_FRAME_BYTES
+            app = create_app(state)
+
+            async def _serve(task_status: trio.TaskStatus[Any]) -> None:
+                try:
+                    await serve(app, config, shutdown_trigger=state.shutting_down.wait,
+                                task_status=task_status)
+                finally:
+                    done.set()
+                    nursery.cancel_scope.cancel()
+
+            await nursery.start(_serve)
+            task_status.started(ServerHandle(url, state, done, scope))
+
+
+async def _consume_host(state: ServerState, link: LinkEnd) -> None:
+    async for frame in link.receive:
+        if isinstance(frame, p.RunnerLaunched):
+            state.registry.pids[frame.runner_id] = frame.pid
+        elif isinstance(frame, p.RunnerExited):
+            error = frame.reason + (f"\n{frame.log_tail}" if frame.log_tail else "")
+            if frame.runner_id:
+                state.registry.record_exit(frame.runner_id, frame.reason, error)
+            if frame.gave_up:
+                state.registry.give_up(error)
