@@ -12,7 +12,6 @@ from pathlib import Path
 
 import click
 
-RESUME_PICKER = "__resume_picker__"
 NO_ENDPOINT = (
     "no model endpoint configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for any "
     "OpenAI-compatible server), or try offline: `omnigent mock-llm --port 8765 &` then "
@@ -38,7 +37,7 @@ def cli() -> None:
 @click.option("--harness", help="openai-agents (Responses API) or openai-chat (Chat Completions).")
 @click.option("--system-prompt", help="Replace the agent's prompt.")
 @click.option("-p", "--prompt", help="Run this one prompt, print the answer and exit.")
-@click.option("-r", "--resume", "resume", is_flag=False, flag_value=RESUME_PICKER, default=None,
+@click.option("-r", "--resume", "resume", is_flag=False, flag_value="__resume_picker__", default=None,
               help="Resume a conversation by id (no id: pick from a list).")
 @click.option("-c", "--continue", "resume_latest", is_flag=True,
               help="Continue the most recent conversation of this agent.")
@@ -58,8 +57,8 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     if no_session and (resume or resume_latest):
         raise click.ClickException("--no-session cannot be combined with --resume or --continue")
 
-    from .front import Front, FrontOptions
     from .local import run_tree
+    from .options import FrontOptions
 
     options = FrontOptions(
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
@@ -80,7 +79,7 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     try:
         import trio
 
-        code = trio.run(run_tree, db_path, Front(options).run)
+        code = trio.run(run_tree, db_path, options.make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

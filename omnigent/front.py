@@ -8,26 +8,12 @@ and prints the answer, or hands over to the REPL.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-
 from .client import OmnigentClient, OmnigentError
-
-RESUME_PICKER = "__resume_picker__"
+from .options import RESUME_PICKER, FrontOptions
 
 
 class FrontError(Exception):
     """A user-facing failure: printed as `Error: <message>`, exit 1."""
-
-
-@dataclass
-class FrontOptions:
-    agent_path: str
-    agent_name: str
-    bundle: bytes
-    prompt: str | None = None
-    resume: str | None = None
-    resume_latest: bool = False
-    workspace: str | None = None
 
 
 class Front:

@@ -13,28 +13,34 @@ import secrets
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
-from .client import OmnigentClient
 from .host import Host
 from .link import memory_link
 from .logs import logs_dir, open_log, prune
-from .store import Store
+
+if TYPE_CHECKING:
+    from .client import OmnigentClient
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 async def run_tree(
     db_path: Path,
-    front: Callable[[OmnigentClient], Awaitable[int]],
+    make_front: Callable[[], Callable[[OmnigentClient], Awaitable[int]]],
     *,
     runners: int = 1,
     workspace: str | None = None,
     handle_sigint: bool = True,
 ) -> int:
-    """Run `front` against a fresh in-process server and runner pool; returns the exit code."""
-    from .server.serve import bind_socket, run_server, url_of
+    """Run a front end against a fresh in-process server and runner pool; returns the exit code.
+
+    `make_front` is called only after the runner is launched, so the front
+    end's imports (httpx, ...) overlap the runner's start-up too.
+    """
+    from .server.serve import bind_socket, url_of
 
     sock = bind_socket()
     url = url_of(sock)
@@ -45,7 +51,7 @@ async def run_tree(
     host = Host(url, token, host_end, log_dir=logs_dir(), workspace=workspace or os.getcwd(),
                 runners=runners)
     exit_code = 0
-    store = Store(db_path)
+    store = None
     try:
         async with trio.open_nursery() as nursery:
             host_scope = trio.CancelScope()
@@ -58,7 +64,15 @@ async def run_tree(
                 finally:
                     host_done.set()
 
-            nursery.start_soon(run_host)  # first: the runner imports while the server does
+            nursery.start_soon(run_host)
+            with trio.move_on_after(2):  # the runner imports openai while the server imports quart
+                await host.first_launch.wait()
+            from .client import OmnigentClient
+            from .server.serve import run_server
+            from .store import Store
+
+            store = Store(db_path)
+            front = make_front()
             server = await nursery.start(lambda task_status: run_server(
                 store, sock, token=token, host_links=[server_end], task_status=task_status))
             front_scope = trio.CancelScope()
@@ -86,5 +100,6 @@ async def run_tree(
                     await server.aclose()
                 nursery.cancel_scope.cancel()
     finally:
-        store.close()
+        if store is not None:
+            store.close()
     return exit_code

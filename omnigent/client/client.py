@@ -97,6 +97,11 @@ class OmnigentClient:
                                    files={"bundle": (filename, bundle, "application/gzip")})
         return await self.get_session(created["session_id"])
 
+    async def upload_agent(self, bundle: bytes, *, filename: str = "agent.tar.gz") -> dict[str, Any]:
+        """Register or update (by name) the agent so resumed sessions run the current spec."""
+        return await self._call("POST", "/v1/agents", data={"metadata": "{}"},
+                                files={"bundle": (filename, bundle, "application/gzip")})
+
     async def get_session(self, session_id: str) -> dict[str, Any]:
         return await self._call("GET", f"/v1/sessions/{session_id}")
 

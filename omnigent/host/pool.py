@@ -72,6 +72,7 @@ class Host:
         self.supervisor = Supervisor(policy, name="host")
         self._online: dict[str, trio.Event] = {}
         self._slot_of: dict[str, str] = {}   # runner id -> slot name
+        self.first_launch = trio.Event()      # lets the caller overlap its own start-up with ours
 
     # --- what the supervisor calls ------------------------------------------
 
@@ -89,6 +90,7 @@ class Host:
 
     def _launched(self, config: ProcessConfig, handle) -> None:
         log.info("Launched runner %s for workspace %s (pid=%d)", config.label, self.workspace, handle.pid)
+        self.first_launch.set()
         self.link.post(p.RunnerLaunched(runner_id=config.label, pid=handle.pid, log_path=str(config.log_path)))
 
     def _exited(self, config: ProcessConfig, _handle, returncode: int) -> None:

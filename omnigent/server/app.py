@@ -87,26 +87,37 @@ def create_app(state: ServerState) -> QuartTrio:
 
     # --- sessions -----------------------------------------------------------
 
+    async def _upload_agent() -> tuple[dict[str, Any], dict[str, Any]]:
+        """Register the multipart `bundle` (idempotent by agent name); returns (agent, metadata)."""
+        form = await request.form
+        files = await request.files
+        try:
+            meta = json.loads(form.get("metadata") or "{}")
+        except ValueError:
+            raise invalid("metadata is not valid JSON") from None
+        if not isinstance(meta, dict):
+            raise invalid("metadata must be a JSON object")
+        upload = files.get("bundle")
+        if upload is None:
+            raise invalid("multipart part 'bundle' is missing")
+        data = upload.read()
+        try:
+            spec = spec_from_bundle(data, name_hint=upload.filename or "bundle")
+        except SpecError as exc:
+            raise invalid(f"bad agent bundle: {exc}") from None
+        return store.upsert_agent(spec.name, spec.to_dict(), data), meta
+
+    @app.post("/v1/agents")
+    async def upload_agent():
+        if not (request.content_type or "").startswith("multipart/form-data"):
+            raise invalid("send the agent as a multipart 'bundle' part")
+        agent, _meta = await _upload_agent()
+        return {"id": agent["id"], "name": agent["name"], "spec": agent["spec"]}, 200
+
     @app.post("/v1/sessions")
     async def create_session():
         if (request.content_type or "").startswith("multipart/form-data"):
-            form = await request.form
-            files = await request.files
-            try:
-                meta = json.loads(form.get("metadata") or "{}")
-            except ValueError:
-                raise invalid("metadata is not valid JSON") from None
-            if not isinstance(meta, dict):
-                raise invalid("metadata must be a JSON object")
-            upload = files.get("bundle")
-            if upload is None:
-                raise invalid("multipart part 'bundle' is missing")
-            data = upload.read()
-            try:
-                spec = spec_from_bundle(data, name_hint=upload.filename or "bundle")
-            except SpecError as exc:
-                raise invalid(f"bad agent bundle: {exc}") from None
-            agent = store.upsert_agent(spec.name, spec.to_dict(), data)
+            agent, meta = await _upload_agent()
             conv = _create(meta, agent)
             return {"session_id": conv["id"], "agent_id": agent["id"], "agent_name": agent["name"]}, 201
         body = await _json_body()
