@@ -1,0 +1,245 @@
+"""Opening the store's SQLite file: checks, pragmas, migrations, transactions.
+
+Several omnigent processes may share one file (a server, a second
+`omnigent run --continue`, a host daemon), so the connection rules live here in
+one place: WAL, `synchronous=NORMAL`, a 5 s busy timeout, foreign keys on,
+legacy transaction control (sqlite-utils 4 rejects `autocommit=` connections)
+and `BEGIN IMMEDIATE` for every read-then-write. A deferred read lock that is
+later upgraded fails with SQLITE_BUSY without waiting (stack-notes section 6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from .errors import StoreError
+
+BUSY_TIMEOUT_S = 5.0
+MEMORY = ":memory:"
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    sql: str
+
+
+# Append only: a migration, once released, is never edited or reordered.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        "0001_initial",
+        """
+        CREATE TABLE agents (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            spec TEXT NOT NULL DEFAULT '{}',
+            bundle BLOB,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE UNIQUE INDEX idx_agents_name ON agents (name);
+
+        CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            kind SMALLINT NOT NULL DEFAULT 1 CHECK (kind IN (1, 2)),
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            title TEXT NOT NULL DEFAULT '',
+            agent_id TEXT REFERENCES agents (id),
+            runner_id TEXT,
+            reasoning_effort TEXT,
+            model_override TEXT,
+            workspace TEXT,
+            next_position INTEGER NOT NULL DEFAULT 0
+        );
+        -- id as second column: listing order is (ts, id), so the index serves ORDER BY fully
+        CREATE INDEX idx_conversations_updated_at ON conversations (updated_at, id);
+        CREATE INDEX idx_conversations_created_at ON conversations (created_at, id);
+        -- per-agent listings (`--continue`) stay index-ordered too
+        CREATE INDEX idx_conversations_agent_updated_at ON conversations (agent_id, updated_at, id);
+        CREATE INDEX idx_conversations_agent_created_at ON conversations (agent_id, created_at, id);
+        CREATE INDEX idx_conversations_runner_id ON conversations (runner_id);
+
+        CREATE TABLE conversation_items (
+            id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            turn_id TEXT,
+            response_id TEXT,
+            output_index INTEGER,
+            position INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'completed'
+                CHECK (status IN ('completed', 'in_progress', 'incomplete', 'failed')),
+            role TEXT,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (conversation_id, id)
+        );
+        CREATE UNIQUE INDEX idx_items_position ON conversation_items (conversation_id, position);
+        -- backstop for exactly-once turn output: one row per (turn, output slot)
+        CREATE UNIQUE INDEX idx_items_turn_output
+            ON conversation_items (conversation_id, turn_id, output_index)
+            WHERE turn_id IS NOT NULL AND output_index IS NOT NULL;
+
+        CREATE TABLE turns (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            input_item_id TEXT,
+            status TEXT NOT NULL DEFAULT 'queued'
+                CHECK (status IN ('queued', 'running', 'completed', 'failed', 'interrupted', 'cancelled')),
+            attempt INTEGER NOT NULL DEFAULT 0,
+            runner_id TEXT,
+            owner_pid INTEGER,
+            error TEXT,
+            created_at REAL NOT NULL,
+            started_at REAL,
+            ended_at REAL
+        );
+        CREATE INDEX idx_turns_conversation ON turns (conversation_id, created_at);
+        CREATE INDEX idx_turns_status ON turns (status);
+        CREATE INDEX idx_turns_runner_id ON turns (runner_id);
+
+        -- the claim that makes a turn's output land once, even when it is empty
+        CREATE TABLE turn_outputs (
+            turn_id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            response_id TEXT,
+            item_count INTEGER NOT NULL,
+            created_at REAL NOT NULL
+        );
+
+        CREATE TABLE files (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT REFERENCES conversations (id) ON DELETE CASCADE,
+            filename TEXT NOT NULL,
+            bytes INTEGER NOT NULL,
+            content_type TEXT,
+            data BLOB,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX idx_files_conversation ON files (conversation_id, created_at);
+        """,
+    ),
+)
+
+
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """`BEGIN IMMEDIATE` ... `COMMIT`, rolled back on any exception.
+
+    Taking the write lock up front makes the busy timeout apply to the wait,
+    so concurrent writers queue instead of failing with "database is locked".
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def open_database(path: str | Path, *, clock: Callable[[], float] = time.time) -> sqlite_utils.Database:
+    """Open (creating if needed) and migrate the store at `path`.
+
+    Raises StoreError with a one-line message for a directory, an unwritable
+    location, a file that is not SQLite (left untouched) or a SQLite file
+    that belongs to something else.
+    """
+    target = path if str(path) == MEMORY else Path(path).expanduser()
+    where = f"cannot open store {str(target)!r}"
+    if isinstance(target, Path):
+        if target.is_dir():
+            raise StoreError(f"{where}: it is a directory")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"{where}: cannot create {str(target.parent)!r}: {e.strerror or e}") from e
+    try:
+        conn = sqlite3.connect(str(target), timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error as e:
+        raise StoreError(f"{where}: {e}") from e
+    try:
+        # Read before any write, so a foreign file is rejected untouched.
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "migrations" not in tables:
+            raise StoreError(f"{where}: it is an SQLite database but not an omnigent store")
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        db = sqlite_utils.Database(conn, execute_plugins=False)
+        if target != MEMORY:
+            _enable_wal(db)
+        migrate(db, clock=clock)
+    except StoreError:
+        conn.close()
+        raise
+    except sqlite3.Error as e:
+        conn.close()
+        raise StoreError(f"{where}: {e}") from e
+    return db
+
+
+def _enable_wal(db: sqlite_utils.Database) -> None:
+    # Switching a fresh file to WAL needs an exclusive lock; a process racing
+    # us on the same fresh file can make it fail once without the busy
+    # handler, so retry within the busy timeout.
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.enable_wal()
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def applied_migrations(db: sqlite_utils.Database) -> set[str]:
+    """Names recorded in the `migrations` table (empty if it does not exist)."""
+    if not db.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'").fetchone():
+        return set()
+    return {r[0] for r in db.conn.execute("SELECT name FROM migrations")}
+
+
+def migrate(db: sqlite_utils.Database, *, clock: Callable[[], float] = time.time) -> list[str]:
+    """Apply pending migrations; returns the names applied by this call.
+
+    Runs under BEGIN IMMEDIATE and re-reads the applied set inside the lock,
+    so two processes opening a fresh file at once apply each migration once.
+    """
+    known = {m.name for m in MIGRATIONS}
+    applied = applied_migrations(db)
+    unknown = applied - known
+    if unknown:
+        raise StoreError(
+            f"store was written by a newer omnigent (unknown migrations: {', '.join(sorted(unknown))})"
+        )
+    if applied >= known:
+        return []
+    done: list[str] = []
+    with write_transaction(db.conn):
+        db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+        applied = applied_migrations(db)
+        for migration in MIGRATIONS:
+            if migration.name in applied:
+                continue
+            # Inside a transaction sqlite-utils runs the script statement by
+            # statement, without sqlite3's implicit COMMIT.
+            db.executescript(migration.sql)
+            db.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", [migration.name, clock()])
+            done.append(migration.name)
+    return done
