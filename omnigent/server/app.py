@@ -21,7 +21,7 @@ from protocol import events as ev
 
 from ..agents import SpecError, spec_from_bundle
 from .errors import ApiError, invalid, not_found
-from .registry import RunnerConn
+from .runner_link import serve_runner
 from .state import ServerState
 
 log = logging.getLogger("omnigent.server")
@@ -287,6 +287,16 @@ def create_app(state: ServerState) -> QuartTrio:
         await websocket.close(1001, "server shutting down")  # not 1006 after a 3 s hang (G1)
         n.cancel_scope.cancel()
 
+    class _QuartTransport:
+        async def receive(self):
+            return await websocket.receive()
+
+        async def send(self, text: str) -> None:
+            await websocket.send(text)
+
+        async def close(self, code: int, reason: str) -> None:
+            await websocket.close(code, reason)
+
     # --- runners ------------------------------------------------------------
 
     @app.get("/v1/runners")
@@ -305,68 +315,7 @@ def create_app(state: ServerState) -> QuartTrio:
         if not state.token_ok(websocket.headers.get("Authorization")):
             return ApiError("unauthorized", "missing or wrong runner token").body(), 401
         await websocket.accept()
-        try:
-            with trio.fail_after(state.hello_timeout):
-                hello = p.decode(await websocket.receive())
-            if not isinstance(hello, p.Hello) or hello.runner_id != runner_id:
-                raise p.ProtocolError("first frame must be a hello for this runner id")
-        except p.ProtocolError as exc:
-            await websocket.close(exc.close_code, exc.reason[:120])
-            return
-        except trio.TooSlowError:
-            await websocket.close(4008, "no hello")
-            return
-        outbox, outgoing = trio.open_memory_channel[p.Frame](256)
-        conn = RunnerConn(hello.runner_id, hello.pid, list(hello.harnesses), outbox)
-        state.registry.register(conn)
-        state.host_events.runner_online(runner_id)
-        ended: list[str] = []  # why the connection ended, first reason wins
-        try:
-            await websocket.send(p.encode(p.HelloAck(ping_interval=state.ping_interval)))
-            async with trio.open_nursery() as n:
-                n.start_soon(_close_on_shutdown, n)
-                n.start_soon(_runner_sender, outgoing)
-                n.start_soon(_pinger, conn, n, ended)
-                n.start_soon(_runner_receiver, conn, n, ended)
-        finally:
-            cause = ended[0] if ended else "disconnected"
-            if cause.startswith("hung"):
-                state.host_events.kill_runner(runner_id, cause)
-            state.registry.unregister(conn, cause)
-
-    async def _runner_receiver(conn: RunnerConn, n: trio.Nursery, ended: list[str]) -> None:
-        try:
-            while True:
-                frame = p.decode(await websocket.receive())
-                if isinstance(frame, p.Pong):
-                    conn.last_pong = trio.current_time()
-                elif isinstance(frame, (p.TurnEvent, p.TurnCompleted, p.TurnFailed)):
-                    conn.route(frame.turn_id, frame)
-                else:
-                    raise p.ProtocolError(f"a runner may not send {frame.kind!r}")
-        except p.ProtocolError as exc:
-            ended.append(f"protocol error: {exc.reason}")
-            log.warning("runner %s: %s", conn.runner_id, exc.reason)
-            with trio.move_on_after(1):
-                await websocket.close(exc.close_code, exc.reason[:120])
-            n.cancel_scope.cancel()
-
-    async def _runner_sender(outgoing: trio.MemoryReceiveChannel[p.Frame]) -> None:
-        async for frame in outgoing:
-            await websocket.send(p.encode(frame))
-
-    async def _pinger(conn: RunnerConn, n: trio.Nursery, ended: list[str]) -> None:
-        while True:
-            await trio.sleep(state.ping_interval)
-            silent = trio.current_time() - conn.last_pong
-            if silent > state.ping_interval * state.ping_allowance:
-                ended.append(f"hung: no pong for {silent:.1f} s")
-                n.cancel_scope.cancel()
-                return
-            try:
-                conn.outbox.send_nowait(p.Ping(ts=trio.current_time()))
-            except trio.WouldBlock:
-                pass  # outbox full: the missing pong will tell
+        await serve_runner(state, runner_id, _QuartTransport())
 
     # --- helpers ------------------------------------------------------------
 

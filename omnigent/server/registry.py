@@ -57,6 +57,10 @@ class Departure:
     at: float
     error: str | None = None  # crash report (exit reason + log tail) when the host sent one
 
+    @property
+    def reported(self) -> bool:
+        return self.error is not None
+
 
 class RunnerRegistry:
     def __init__(self) -> None:

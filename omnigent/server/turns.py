@@ -48,6 +48,8 @@ class TurnService:
         self.max_attempts = max_attempts
         self._wake: dict[str, trio.Event] = {}
         self._active: dict[str, tuple[str, RunnerConn]] = {}  # session -> (turn id, runner)
+        self._retrying: set[str] = set()  # sessions whose interrupted turn waits for a runner
+        self.exit_report_wait = 0.2
 
     # --- entry points -------------------------------------------------------
 
@@ -80,6 +82,44 @@ class TurnService:
             return False
         return True
 
+    # --- runners coming and going ---------------------------------------------
+
+    def runner_left(self, runner_id: str) -> None:
+        self._nursery.start_soon(self._handle_loss, runner_id)
+
+    def runner_joined(self, conn: RunnerConn) -> None:
+        """A new runner adopts the sessions of runners lost while none could take them."""
+        for old in list(self.registry.departed):
+            self._rebind(old, conn)
+
+    async def _handle_loss(self, runner_id: str) -> None:
+        # the host's exit report (code or signal) says more than a dropped socket, within ms
+        with trio.move_on_after(self.exit_report_wait):
+            while not self._departure_reported(runner_id):
+                await self.registry.wait_changed()
+        gone = self.registry.departed.get(runner_id)
+        cause = gone.cause if gone else "disconnected"
+        for session_id in self.store.conversations_for_runner(runner_id):
+            self.hub.publish(session_id, ev.RUNNER_LOST, runner_id=runner_id, cause=cause)
+        others = list(self.registry.online.values())
+        if others:  # e.g. the warm spare: take over now, the supervisor refills in the background
+            self._rebind(runner_id, others[0])
+
+    def _departure_reported(self, runner_id: str) -> bool:
+        gone = self.registry.departed.get(runner_id)
+        return gone is None or gone.reported or runner_id in self.registry.online
+
+    def _rebind(self, old: str, conn: RunnerConn) -> None:
+        gone = self.registry.departed.get(old)
+        moved = self.store.rebind_runner(old, conn.runner_id)
+        for session_id in moved:
+            self.hub.publish(
+                session_id, ev.RUNNER_REBOUND, old_runner_id=old, new_runner_id=conn.runner_id,
+                cause=gone.cause if gone else "disconnected",
+                downtime=round(trio.current_time() - gone.at, 3) if gone else 0.0,
+                retrying=session_id in self._retrying,
+            )
+
     # --- the per-session worker ----------------------------------------------
 
     async def _worker(self, session_id: str) -> None:
@@ -101,15 +141,16 @@ class TurnService:
             try:
                 conn = await self._runner_for(session_id)
             except NoRunner as exc:
+                self._retrying.discard(session_id)
                 self._fail(session_id, turn_id, "runner_unavailable", str(exc))
                 return
+            self._retrying.discard(session_id)
             outcome = await self._attempt(session_id, turn_id, conn)
             if outcome != "lost":
                 return
             self.store.finish_turn(turn_id, "interrupted", error=f"runner {conn.runner_id} was lost")
-            gone = self.registry.departed.get(conn.runner_id)
-            self.hub.publish(session_id, ev.RUNNER_LOST, runner_id=conn.runner_id,
-                             cause=gone.cause if gone else "disconnected", turn_id=turn_id)
+            self._retrying.add(session_id)
+        self._retrying.discard(session_id)
         self._fail(session_id, turn_id, "runner_lost",
                    f"the runner was lost {self.max_attempts} times while running this turn")
 
@@ -163,13 +204,11 @@ class TurnService:
                 bound = conv.get("runner_id") if conv else None
                 if bound and bound in self.registry.online:
                     return self.registry.online[bound]
-                for conn in list(self.registry.online.values()):
+                # a runner lost in this server's life is replaced by runner_left/joined
+                # (with the notices); only unbound or stale bindings are taken here
+                adoptable = bound is None or bound not in self.registry.departed
+                for conn in list(self.registry.online.values()) if adoptable else ():
                     if self.store.bind_runner(session_id, conn.runner_id, expected=bound):
-                        if bound:
-                            gone = self.registry.departed.get(bound)
-                            self.hub.publish(session_id, ev.RUNNER_REBOUND, old_runner_id=bound,
-                                             new_runner_id=conn.runner_id,
-                                             cause=gone.cause if gone else "stale binding")
                         return conn
                     break  # someone else rebound it: re-read
                 else:
