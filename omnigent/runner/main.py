@@ -1,0 +1,387 @@
+"""The runner process: dial the server, say hello, serve turns until told to stop.
+
+A runner holds no durable state; each TurnStart carries everything it needs.
+What this module owns is the process's lifetime: connecting (with patience
+while the server starts), the frame loop, one task per turn with its own
+cancel scope, and exiting promptly and cleanly when stdin reaches EOF (a dead
+supervisor leaves no orphan, G9), when the websocket closes, or on SIGTERM.
+
+Top-level imports stay at trio, trio_websocket, protocol and the standard
+library: the hello must go out fast, so openai (via `harness`) is imported
+only after the server has acknowledged it (stack-notes §5, G14).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+from urllib.parse import urlsplit
+
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    HandshakeError,
+    WebSocketConnection,
+    open_websocket_url,
+)
+
+from protocol import (
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    Cancel,
+    Frame,
+    Hello,
+    HelloAck,
+    Ping,
+    Pong,
+    ProtocolError,
+    TurnFailed,
+    TurnStart,
+    decode,
+    encode,
+)
+
+from ._log import log, one_line
+
+# Must match harness.HARNESSES (a unit test checks), without importing openai.
+HARNESSES = ["openai-agents", "openai-chat"]
+
+CONNECT_TIMEOUT = 5.0      # one attempt (G2: the 60 s default is far too long)
+DISCONNECT_TIMEOUT = 2.0
+CONNECT_PATIENCE = 30.0    # the server may still be starting
+RETRY_FIRST, RETRY_CAP = 0.05, 1.0
+HELLO_TIMEOUT = 10.0
+OUTBOX_SIZE = 256
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+class ConfigError(Exception):
+    """The environment the supervisor should have set is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Config:
+    server_url: str
+    runner_id: str
+    token: str
+
+    @property
+    def ws_url(self) -> str:
+        parts = urlsplit(self.server_url)
+        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+        return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/v1/runners/{self.runner_id}/ws"
+
+
+def load_config(environ: Mapping[str, str]) -> Config:
+    names = ("OMNIGENT_SERVER_URL", "OMNIGENT_RUNNER_ID", "OMNIGENT_RUNNER_TOKEN")
+    missing = [n for n in names if not environ.get(n)]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)} not set (the runner is started by an omnigent host)")
+    url, runner_id, token = (environ[n] for n in names)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
+        raise ConfigError(f"OMNIGENT_SERVER_URL must be an http(s) URL, got {url!r}")
+    if not runner_id.isascii() or any(c in runner_id for c in "/?#% \t"):
+        raise ConfigError(f"OMNIGENT_RUNNER_ID is not a valid runner id: {runner_id!r}")
+    return Config(url, runner_id, token)
+
+
+class Runner:
+    """One connection's worth of state: the outbox, the running turns, the clients."""
+
+    def __init__(self, config: Config, environ: Mapping[str, str] = os.environ) -> None:
+        self.config = config
+        self.environ = environ
+        self.exit_code = EXIT_OK
+        self.stopping = False
+        # What `request_stop` cancels: the connect loop, then the session.
+        self._active = trio.CancelScope()
+        self._turns: dict[str, trio.CancelScope] = {}
+        self._harness: ModuleType | None = None
+        self._pool: Any = None
+
+    # --- lifetime -------------------------------------------------------
+
+    def request_stop(self, why: str) -> None:
+        if not self.stopping:
+            log(f"stopping: {why}")
+        self.stopping = True
+        self._active.cancel()
+
+    async def connect_and_serve(self) -> int:
+        """Dial with capped backoff while the server is unreachable, then serve until the end."""
+        deadline = trio.current_time() + CONNECT_PATIENCE
+        delay = RETRY_FIRST
+        attempts = 0
+        headers = [(b"authorization", f"Bearer {self.config.token}".encode())]
+        with self._active:
+            while True:
+                attempts += 1
+                connected = False
+                try:
+                    async with open_websocket_url(
+                        self.config.ws_url,
+                        extra_headers=headers,
+                        max_message_size=MAX_FRAME_BYTES,
+                        connect_timeout=CONNECT_TIMEOUT,
+                        disconnect_timeout=DISCONNECT_TIMEOUT,
+                    ) as ws:
+                        connected = True
+                        await self._serve(ws)
+                        return self.exit_code
+                except HandshakeError as exc:
+                    if connected:  # closing timed out; we are leaving anyway
+                        log(f"websocket close: {_why(exc)}")
+                        return self.exit_code
+                    if isinstance(exc, ConnectionRejected) and exc.status_code < 500:
+                        log(f"server refused the runner websocket: HTTP {exc.status_code}")
+                        return EXIT_ERROR
+                    if attempts == 1:
+                        log(f"server not reachable yet at {self.config.ws_url} ({_why(exc)}); retrying")
+                    if trio.current_time() + delay > deadline:
+                        log(f"giving up: server unreachable for {CONNECT_PATIENCE:.0f} s "
+                            f"after {attempts} attempts ({_why(exc)})")
+                        return EXIT_ERROR
+                await trio.sleep(delay)
+                delay = min(delay * 2, RETRY_CAP)
+        return EXIT_OK  # stopped while still connecting
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            with trio.move_on_after(DISCONNECT_TIMEOUT) as scope:
+                scope.shield = True
+                await self._pool.aclose()
+
+    # --- session --------------------------------------------------------
+
+    async def _serve(self, ws: WebSocketConnection) -> None:
+        with trio.CancelScope() as session:
+            self._active = session
+            if self.stopping:
+                session.cancel()
+            if await self._handshake(ws):
+                send, outbox = trio.open_memory_channel[Frame](OUTBOX_SIZE)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._send_loop, ws, outbox, nursery)
+                    nursery.start_soon(self._prewarm)
+                    await self._receive_loop(ws, send, nursery)
+                    nursery.cancel_scope.cancel()
+        if self.stopping:
+            with trio.move_on_after(DISCONNECT_TIMEOUT) as scope:
+                scope.shield = True
+                await ws.aclose(1001, "runner stopping")
+
+    async def _handshake(self, ws: WebSocketConnection) -> bool:
+        hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES))
+        try:
+            await ws.send_message(encode(hello))
+            with trio.fail_after(HELLO_TIMEOUT):
+                raw = await ws.get_message()
+        except ConnectionClosed as exc:
+            log(f"server closed the connection before acknowledging the hello: {_close_reason(exc)}")
+            self.exit_code = EXIT_ERROR
+            return False
+        except trio.TooSlowError:
+            log(f"no hello acknowledgement within {HELLO_TIMEOUT:.0f} s")
+            self.exit_code = EXIT_ERROR
+            return False
+        frame = await self._decode(ws, raw)
+        if frame is None:
+            return False
+        if not isinstance(frame, HelloAck):
+            await self._protocol_error(ws, f"expected hello.ack, got {frame.kind!r}")
+            return False
+        log(f"online as {self.config.runner_id} at {self.config.ws_url} (pid {os.getpid()})")
+        return True
+
+    def _load_harness(self) -> ModuleType:
+        # Blocks the loop for the openai import (~0.3-0.5 s), once.
+        if self._harness is None:
+            from omnigent.runner import harness
+
+            self._harness = harness
+            self._pool = harness.ClientPool()
+        return self._harness
+
+    async def _prewarm(self) -> None:
+        """Pay the import and the first client's cost while idle, not inside the first turn."""
+        await trio.sleep(0)  # frames already received go first
+        harness = self._load_harness()
+        await trio.sleep(0)
+        try:
+            harness.prewarm(self._pool, self.environ)
+        except Exception as exc:  # only an optimisation; the turn will report a real problem
+            log(f"prewarm failed: {one_line(exc)}")
+
+    async def _receive_loop(
+        self, ws: WebSocketConnection, send: trio.MemorySendChannel[Frame], nursery: trio.Nursery
+    ) -> None:
+        while True:
+            try:
+                raw = await ws.get_message()
+            except ConnectionClosed as exc:
+                log(f"server closed the connection: {_close_reason(exc)}")
+                return
+            frame = await self._decode(ws, raw)
+            if frame is None:
+                return
+            if isinstance(frame, Ping):
+                await send.send(Pong(frame.ts))
+            elif isinstance(frame, TurnStart):
+                self._start_turn(frame, send, nursery)
+            elif isinstance(frame, Cancel):
+                scope = self._turns.get(frame.turn_id)
+                if scope is None:
+                    log(f"cancel for turn {frame.turn_id}, which is not running here: ignored")
+                else:
+                    log(f"turn {frame.turn_id} cancel requested")
+                    scope.cancel()
+            else:
+                await self._protocol_error(ws, f"a server may not send {frame.kind!r} to a runner")
+                return
+
+    async def _send_loop(
+        self, ws: WebSocketConnection, outbox: trio.MemoryReceiveChannel[Frame], nursery: trio.Nursery
+    ) -> None:
+        # The only writer: a cancelled turn can never cut a frame in half, and
+        # a pong waits behind at most the frames already queued, never a turn.
+        async for frame in outbox:
+            data = encode(frame)
+            if len(data) > MAX_FRAME_BYTES:
+                turn_id = getattr(frame, "turn_id", "?")
+                log(f"turn {turn_id}: {frame.kind} frame of {len(data)} bytes exceeds the limit; dropped")
+                data = encode(TurnFailed(turn_id, "frame_too_large",
+                                         f"a {frame.kind} frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}"))
+            try:
+                await ws.send_message(data)
+            except ConnectionClosed as exc:
+                log(f"connection closed while sending: {_close_reason(exc)}")
+                nursery.cancel_scope.cancel()
+                return
+
+    # --- turns ----------------------------------------------------------
+
+    def _start_turn(self, turn: TurnStart, send: trio.MemorySendChannel[Frame], nursery: trio.Nursery) -> None:
+        if turn.turn_id in self._turns:
+            log(f"turn {turn.turn_id} is already running here: duplicate turn.start ignored")
+            return
+        # Registered before the task runs, so a Cancel right behind it still finds it.
+        scope = self._turns[turn.turn_id] = trio.CancelScope()
+        nursery.start_soon(self._run_turn, turn, scope, send)
+
+    async def _run_turn(self, turn: TurnStart, scope: trio.CancelScope, send: trio.MemorySendChannel[Frame]) -> None:
+        harness_name = turn.agent.get("harness") or "openai-agents"
+        log(f"turn {turn.turn_id} start: session {turn.session_id} attempt {turn.attempt} "
+            f"model {turn.model!r} harness {harness_name} ({len(turn.input)} input items)")
+        started = trio.current_time()
+        terminal: Frame | None = None
+        try:
+            with scope:
+                terminal = await self._execute(turn, send)
+        finally:
+            del self._turns[turn.turn_id]
+        if scope.cancel_called or terminal is None:
+            terminal = TurnFailed(turn.turn_id, "cancelled", "cancelled")
+        elapsed = trio.current_time() - started
+        if isinstance(terminal, TurnFailed):
+            log(f"turn {turn.turn_id} failed after {elapsed:.2f} s: {terminal.code}: {terminal.message}")
+        else:
+            log(f"turn {turn.turn_id} completed after {elapsed:.2f} s")
+        await send.send(terminal)
+
+    async def _execute(self, turn: TurnStart, send: trio.MemorySendChannel[Frame]) -> Frame:
+        try:
+            harness = self._load_harness()
+            return await harness.execute(self._pool, turn, send.send, self.environ)
+        except Exception as exc:  # a bug in a turn must not take the other turns down
+            log(f"turn {turn.turn_id} crashed:\n{traceback.format_exc().rstrip()}")
+            return TurnFailed(turn.turn_id, "runner_error", one_line(f"{type(exc).__name__}: {exc}"))
+
+    # --- protocol errors ------------------------------------------------
+
+    async def _decode(self, ws: WebSocketConnection, raw: str | bytes) -> Frame | None:
+        try:
+            return decode(raw)
+        except ProtocolError as exc:
+            await self._protocol_error(ws, exc.reason, exc.close_code)
+            return None
+
+    async def _protocol_error(self, ws: WebSocketConnection, reason: str, code: int = ProtocolError.MALFORMED) -> None:
+        # The server speaks the protocol; a bad frame is a bug, so stop loudly.
+        log(f"protocol error, exiting: {reason}")
+        self.exit_code = EXIT_ERROR
+        with trio.move_on_after(DISCONNECT_TIMEOUT) as scope:
+            scope.shield = True
+            await ws.aclose(code, reason[:120])
+
+
+def _why(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    return one_line(f"{type(exc).__name__}: {cause}" if cause is not None else repr(exc), 200)
+
+
+def _close_reason(exc: ConnectionClosed) -> str:
+    reason = exc.reason
+    if reason is None:
+        return "closed"
+    return f"code {reason.code}" + (f" ({reason.reason})" if reason.reason else "")
+
+
+async def _watch_stdin(runner: Runner) -> None:
+    """Stop at EOF on stdin: the supervisor holds the other end, so its death closes it (G9)."""
+    try:
+        fd = os.dup(0)
+    except OSError:
+        log("stdin is closed; not watching it")
+        return
+    try:
+        stream = trio.lowlevel.FdStream(fd)
+    except OSError as exc:
+        os.close(fd)
+        log(f"cannot watch stdin: {exc}")
+        return
+    async with stream:
+        try:
+            while await stream.receive_some(4096):
+                pass  # nothing is said on stdin; only its end matters
+        except (OSError, trio.BrokenResourceError):
+            pass
+    runner.request_stop("stdin closed")
+
+
+async def _watch_signals(runner: Runner, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            runner.request_stop(signal.Signals(signum).name)
+
+
+async def run(config: Config, environ: Mapping[str, str] = os.environ) -> int:
+    runner = Runner(config, environ)
+    log(f"started pid {os.getpid()}, server {config.server_url}")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_watch_signals, runner)
+        nursery.start_soon(_watch_stdin, runner)
+        try:
+            code = await runner.connect_and_serve()
+        finally:
+            await runner.aclose()
+        nursery.cancel_scope.cancel()
+    log(f"exiting with code {code}")
+    return code
+
+
+def main() -> int:
+    try:
+        config = load_config(os.environ)
+    except ConfigError as exc:
+        print(f"omnigent runner: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return trio.run(run, config)
