@@ -127,6 +127,9 @@ class OmnigentClient:
         return await self._call("POST", f"/v1/sessions/{session_id}/events",
                                 json={"type": "interrupt", "data": {}})
 
+    async def retry(self, session_id: str) -> dict[str, Any]:
+        return await self._call("POST", f"/v1/sessions/{session_id}/events", json={"type": "retry"})
+
     async def list_items(self, session_id: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         after = None

@@ -203,8 +203,10 @@ def create_app(state: ServerState) -> QuartTrio:
         kind = body.get("type")
         if kind == "interrupt":
             return {"queued": False, "interrupted": await state.turns.interrupt(session_id)}, 202
+        if kind == "retry":
+            return _retry(session_id)
         if kind != "message":
-            raise invalid("'type' must be 'message' or 'interrupt'")
+            raise invalid("'type' must be 'message', 'interrupt' or 'retry'")
         data = body.get("data")
         if not isinstance(data, dict) or data.get("role", "user") != "user":
             raise invalid("'data' must be a user message object")
@@ -214,6 +216,16 @@ def create_app(state: ServerState) -> QuartTrio:
         state.hub.publish(session_id, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
         state.turns.submit(session_id)
         return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202
+
+    def _retry(session_id: str):
+        """Run the newest interrupted turn again (one left by a crashed process, say)."""
+        turns = store.list_turns(session_id)
+        last = turns[-1] if turns else None
+        if last is None or last["status"] not in ("interrupted", "failed"):
+            raise ApiError("conflict", "the last turn of this session was not interrupted")
+        turn = store.create_turn(session_id, last["input_item_id"])
+        state.turns.submit(session_id)
+        return {"queued": True, "item_id": last["input_item_id"], "turn_id": turn["id"]}, 202
 
     @app.get("/v1/sessions/<session_id>/items")
     async def list_items(session_id: str):

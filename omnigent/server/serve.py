@@ -9,6 +9,7 @@ first, so hypercorn does not wait out its graceful timeout (G1).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,8 @@ async def run_server(
 
     url = url_of(sock)
     done = trio.Event()
+    # turns left running by a process that is gone can never finish: say so
+    store.interrupt_orphaned_turns(_pid_alive)
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             hub = EventHub()
@@ -119,3 +122,19 @@ async def _consume_host(state: ServerState, link: LinkEnd) -> None:
                 state.registry.record_exit(frame.runner_id, frame.reason, error)
             if frame.gave_up:
                 state.registry.give_up(error)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is gone too
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
