@@ -38,8 +38,9 @@ DEFAULT_POLICY = RestartPolicy(base=0.05, factor=2.0, cap=5.0, jitter=0.1, reset
                                intensity=5, period=30.0)
 
 
-def runner_argv() -> list[str]:
-    return [sys.executable, "-m", "omnigent.runner"]
+def runner_argv(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """`OMNIGENT_RUNNER_PYTHON` picks another interpreter (a venv, a wrapper) for runners."""
+    return [environ.get("OMNIGENT_RUNNER_PYTHON") or sys.executable, "-m", "omnigent.runner"]
 
 
 class Host:
@@ -82,7 +83,7 @@ class Host:
         self._slot_of[runner_id] = slot
         env = {**self.env, "OMNIGENT_SERVER_URL": self.server_url,
                "OMNIGENT_RUNNER_ID": runner_id, "OMNIGENT_RUNNER_TOKEN": self.token}
-        return ProcessConfig(argv=runner_argv(), env=env, cwd=self.workspace,
+        return ProcessConfig(argv=runner_argv(self.env), env=env, cwd=self.workspace,
                              log_path=self.log_dir / "runner" / f"{runner_id}.log", label=runner_id)
 
     async def _ready(self, config: ProcessConfig, _handle) -> None:

@@ -168,3 +168,21 @@ def test_sigkill_of_run_leaves_no_runner(env, tmp_path, mock_llm_server_url):
         assert tagged_alive(env["OMNIGENT_TEST_TAG"]) == []
     finally:
         httpx.post(f"{mock_llm_server_url}/gate/release", json={})
+
+
+def test_runner_that_cannot_start_gives_up_with_reason_and_log_tail(env, tmp_path):
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'ImportError: this environment is broken' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    env = {**env, "OMNIGENT_RUNNER_PYTHON": str(broken)}
+    result = run(env, agent(tmp_path, "m"), "-p", "keep me")
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: ") and "Traceback" not in result.stderr
+    assert "exited with code 3" in result.stderr
+    assert "ImportError: this environment is broken" in result.stderr  # the runner's log tail
+    with sqlite3.connect(Path(env["HOME"]) / ".omnigent" / "chat.db") as conn:
+        texts = [r[0] for r in conn.execute("SELECT data FROM conversation_items")]
+        turns = conn.execute("SELECT status FROM turns").fetchall()
+    assert len(texts) == 1 and "keep me" in texts[0]  # nothing lost
+    assert turns == [("failed",)]
+    assert tagged_alive(env["OMNIGENT_TEST_TAG"]) == []
