@@ -91,8 +91,16 @@ class RunnerRegistry:
         self._notify()
 
     def record_exit(self, runner_id: str, cause: str, error: str | None) -> None:
-        """The host saw the process end: a better cause than a dropped socket."""
-        self.departed[runner_id] = Departure(runner_id, cause, trio.current_time(), error)
+        """The host saw the process end: a better cause than a dropped socket.
+
+        A hang verdict of the server's own stays first: that exit is the kill it asked for.
+        """
+        prior = self.departed.get(runner_id)
+        if prior is not None and prior.cause.startswith("hung"):
+            cause = f"{prior.cause}; {cause}"
+            error = f"{prior.cause}; {error}" if error else cause
+        at = prior.at if prior is not None else trio.current_time()  # downtime counts from the loss
+        self.departed[runner_id] = Departure(runner_id, cause, at, error)
         conn = self.online.get(runner_id)
         if conn is not None:
             self.unregister(conn, cause)
@@ -101,6 +109,10 @@ class RunnerRegistry:
 
     def give_up(self, report: str) -> None:
         self.gave_up = report
+        self._notify()
+
+    def notify_changed(self) -> None:
+        """Wake `wait_changed` for a change made elsewhere (sessions moved to another runner)."""
         self._notify()
 
     async def wait_changed(self) -> None:

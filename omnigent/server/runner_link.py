@@ -49,7 +49,7 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport)
         await transport.send(p.encode(p.HelloAck(ping_interval=state.ping_interval)))
         async with trio.open_nursery() as n:
             n.start_soon(_close_on_shutdown, state, transport, n)
-            n.start_soon(_send_frames, transport, outgoing)
+            n.start_soon(_send_frames, transport, outgoing, n)
             n.start_soon(_ping, state, conn, n, ended)
             n.start_soon(_receive_frames, conn, transport, n, ended)
     finally:
@@ -79,9 +79,11 @@ async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nurser
     n.cancel_scope.cancel()
 
 
-async def _send_frames(transport: Transport, outgoing: trio.MemoryReceiveChannel[p.Frame]) -> None:
+async def _send_frames(transport: Transport, outgoing: trio.MemoryReceiveChannel[p.Frame], n: trio.Nursery) -> None:
     async for frame in outgoing:
         await transport.send(p.encode(frame))
+    # the registry closed the outbox: it dropped this runner (the host saw its process exit)
+    n.cancel_scope.cancel()
 
 
 async def _ping(state: ServerState, conn: RunnerConn, n: trio.Nursery, ended: list[str]) -> None:
@@ -96,6 +98,8 @@ async def _ping(state: ServerState, conn: RunnerConn, n: trio.Nursery, ended: li
             conn.outbox.send_nowait(p.Ping(ts=trio.current_time()))
         except trio.WouldBlock:
             pass  # outbox full: the missing pong will tell
+        except trio.ClosedResourceError:
+            return  # the registry dropped this runner; _send_frames ends the connection
 
 
 async def _close_on_shutdown(state: ServerState, transport: Transport, n: trio.Nursery) -> None:

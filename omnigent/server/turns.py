@@ -49,6 +49,7 @@ class TurnService:
         self._wake: dict[str, trio.Event] = {}
         self._active: dict[str, tuple[str, RunnerConn]] = {}  # session -> (turn id, runner)
         self._retrying: set[str] = set()  # sessions whose interrupted turn waits for a runner
+        self._unadopted: set[str] = set()  # lost runners whose sessions wait for the next runner
         self.exit_report_wait = 0.2
 
     # --- entry points -------------------------------------------------------
@@ -89,8 +90,9 @@ class TurnService:
 
     def runner_joined(self, conn: RunnerConn) -> None:
         """A new runner adopts the sessions of runners lost while none could take them."""
-        for old in list(self.registry.departed):
+        for old in list(self._unadopted):
             self._rebind(old, conn)
+        self._unadopted.clear()
 
     async def _handle_loss(self, runner_id: str) -> None:
         # the host's exit report (code or signal) says more than a dropped socket, within ms
@@ -104,6 +106,8 @@ class TurnService:
         others = list(self.registry.online.values())
         if others:  # e.g. the warm spare: take over now, the supervisor refills in the background
             self._rebind(runner_id, others[0])
+        else:
+            self._unadopted.add(runner_id)
 
     def _departure_reported(self, runner_id: str) -> bool:
         gone = self.registry.departed.get(runner_id)
@@ -117,8 +121,10 @@ class TurnService:
                 session_id, ev.RUNNER_REBOUND, old_runner_id=old, new_runner_id=conn.runner_id,
                 cause=gone.cause if gone else "disconnected",
                 downtime=round(trio.current_time() - gone.at, 3) if gone else 0.0,
-                retrying=session_id in self._retrying,
+                retrying=session_id in self._retrying or self.active_runner(session_id) == old,
             )
+        if moved:
+            self.registry.notify_changed()  # workers waiting in _runner_for re-read their binding
 
     # --- the per-session worker ----------------------------------------------
 

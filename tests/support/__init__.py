@@ -1,0 +1,1 @@
+"""Test support code shared by test modules (fakes and harnesses); holds no tests."""

@@ -1,0 +1,507 @@
+"""Fake runner processes and an in-process server + host, for deterministic recovery tests.
+
+Everything here runs under `trio.testing.MockClock(autojump_threshold=0)`:
+no sockets, no subprocesses, no hypercorn. The pieces under test are real:
+`Store`, `EventHub`, `RunnerRegistry`, `TurnService`, `serve_runner`, the
+host `Host` with its `Supervisor`, and the host<->server `memory_link`.
+Only the runner processes are fake:
+
+- `FakeRunnerLauncher` is a `supervisor.Launcher`. Each launch returns a
+  `FakeRunnerProcess` and starts, in the harness nursery, both ends of an
+  in-memory "websocket": the server's real `serve_runner` on one end and a
+  scripted fake runner speaking the runner protocol on the other.
+- What the n-th launched process does is its `RunnerScript` (fail to start,
+  or answer / die / hang / duplicate per turn), so a test can say "the first
+  runner dies mid-turn, the second answers".
+- Killing a fake process (a signal from the supervisor, or `kill()` from a
+  test: an external `kill -9`) ends the fake runner and drops its connection,
+  like a real process dying; `wait()` then returns `-signal`.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import trio
+import trio.testing
+
+import protocol as p
+from omnigent.host.pool import Host
+from omnigent.link import LinkEnd, memory_link
+from omnigent.server.hub import EventHub
+from omnigent.server.registry import RunnerRegistry
+from omnigent.server.runner_link import serve_runner
+from omnigent.server.serve import _consume_host
+from omnigent.server.state import ServerState
+from omnigent.server.turns import TurnService
+from omnigent.store import Store
+from protocol import events as ev
+from supervisor import Event, RestartPolicy
+
+SIGKILL, SIGTERM = int(signal.SIGKILL), int(signal.SIGTERM)
+
+# base 0.5 s, doubling, no jitter: restart delays 0.5, 1, 2, ...; a 4th exit within 10 s gives up
+TEST_POLICY = RestartPolicy(base=0.5, factor=2, cap=10, jitter=0, reset_after=30, intensity=3, period=10)
+
+
+# --- scripts -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnScript:
+    """What a fake runner does with one TurnStart, in virtual seconds from receiving it.
+
+    - "answer": after `after` s, one text delta with `text`, then TurnCompleted.
+    - "duplicate": like answer, then a second TurnCompleted with `duplicate_text`.
+    - "die": a delta with `partial` (if any) at once; after `after` s the process
+      ends with `returncode` (negative: killed by that signal) and the connection drops.
+    - "hang": after `after` s stop answering anything (pings included), forever.
+    - "exit_linger": like die, but the connection outlives the process by
+      `linger` s (as if held outside its process group, so the supervisor's
+      group SIGKILL after the exit misses it), then the dead attempt sends a
+      late TurnCompleted with `text`.
+    """
+
+    action: str = "answer"
+    after: float = 1.0
+    text: str = "Hello!"
+    partial: str = ""
+    returncode: int = -SIGKILL
+    duplicate_text: str = "Hello again (duplicate)"
+    linger: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunnerScript:
+    """How one launched process behaves; its turns use `turns[i]`, then `default_turn`."""
+
+    turns: tuple[TurnScript, ...] = ()
+    default_turn: TurnScript = TurnScript()
+    start_exit: int | None = None       # exit with this code before saying hello
+    start_exit_after: float = 0.0
+    log_line: str = ""                   # written to its log before it exits at start
+    hello_after: float = 0.0
+
+    def turn(self, index: int) -> TurnScript:
+        return self.turns[index] if index < len(self.turns) else self.default_turn
+
+
+def answers(text: str = "Hello!", after: float = 1.0) -> RunnerScript:
+    return RunnerScript(default_turn=TurnScript("answer", after=after, text=text))
+
+
+def dies_mid_turn(after: float = 1.0, returncode: int = -SIGKILL, partial: str = "") -> RunnerScript:
+    return RunnerScript(turns=(TurnScript("die", after=after, returncode=returncode, partial=partial),))
+
+
+def hangs_mid_turn(after: float = 0.0) -> RunnerScript:
+    return RunnerScript(turns=(TurnScript("hang", after=after),))
+
+
+def fails_to_start(code: int = 3, line: str = "cannot start", after: float = 0.0) -> RunnerScript:
+    return RunnerScript(start_exit=code, start_exit_after=after, log_line=line)
+
+
+def assistant_item(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text}]}
+
+
+# --- the fake process and its connection ------------------------------------------
+
+
+class MemoryTransport:
+    """The server's side of a fake runner's websocket (a `runner_link.Transport`).
+
+    Text frames over unbounded memory channels. When the peer is gone,
+    `receive` and `send` raise ConnectionError, as the websocket route's would.
+    """
+
+    def __init__(self, send: trio.MemorySendChannel[str], receive: trio.MemoryReceiveChannel[str]) -> None:
+        self._send = send
+        self._receive = receive
+        self.close_code: int | None = None
+        self.close_reason: str | None = None
+
+    async def receive(self) -> str:
+        try:
+            return await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError, trio.BrokenResourceError):
+            raise ConnectionError("runner connection lost") from None
+
+    async def send(self, text: str) -> None:
+        try:
+            self._send.send_nowait(text)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise ConnectionError("runner connection lost") from None
+        await trio.lowlevel.checkpoint()
+
+    async def close(self, code: int, reason: str) -> None:
+        if self.close_code is None:
+            self.close_code, self.close_reason = code, reason
+        self._send.close()  # the runner reads the end of the stream
+        await trio.lowlevel.checkpoint()
+
+    def abort(self) -> None:
+        """The route returned: both directions are gone."""
+        self._send.close()
+        self._receive.close()
+
+
+class FakeRunnerProcess:
+    """A `supervisor.ProcessHandle` whose "process" is a scripted task speaking the runner protocol."""
+
+    def __init__(self, index: int, runner_id: str, script: RunnerScript, log_path: Path) -> None:
+        self.index = index
+        self.pid = 1000 + index
+        self.runner_id = runner_id
+        self.script = script
+        self.log_path = log_path
+        self.launched_at = trio.current_time()
+        self.returncode: int | None = None
+        self.exited_at: float | None = None
+        self.signals: list[tuple[float, int]] = []
+        self.stdin_closed_at: float | None = None
+        self.hung = False
+        self.lingering = False  # the connection outlives the process (see TurnScript "exit_linger")
+        self.turns_received: list[tuple[float, p.TurnStart]] = []
+        self.sent: list[tuple[float, p.Frame]] = []
+        self.late_delivered: bool | None = None  # exit_linger: did the late completion get through?
+        self.server_outcome: str | None = None   # how serve_runner ended for this connection
+        self._exited = trio.Event()
+        self._scope = trio.CancelScope()
+        to_server, from_runner = trio.open_memory_channel[str](math.inf)
+        to_runner, from_server = trio.open_memory_channel[str](math.inf)
+        self.transport = MemoryTransport(to_runner, from_runner)
+        self._out = to_server
+        self._in = from_server
+
+    # --- ProcessHandle ------------------------------------------------------------
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal_group(self, sig: int) -> None:
+        self.signals.append((trio.current_time(), int(sig)))
+        if int(sig) in (SIGKILL, SIGTERM):
+            self._die(-int(sig))
+
+    def close_stdin(self) -> None:
+        if self.stdin_closed_at is None:
+            self.stdin_closed_at = trio.current_time()
+
+    # --- for tests ----------------------------------------------------------------
+
+    def kill(self, sig: int = SIGKILL) -> None:
+        """An external `kill -SIG` of the process (not through the supervisor)."""
+        self.send_signal_group(sig)
+
+    @property
+    def alive(self) -> bool:
+        return self.returncode is None
+
+    # --- the fake process's life -----------------------------------------------------
+
+    def _die(self, returncode: int) -> None:
+        if self.returncode is None:
+            self.returncode = returncode
+            self.exited_at = trio.current_time()
+            self.hung = True  # a dead process answers nothing, even if its socket lingers
+            self._exited.set()
+        if not self.lingering:
+            self._drop()
+
+    def _drop(self) -> None:
+        self._scope.cancel()
+        self._out.close()  # the server reads the end of the stream
+        self._in.close()   # and its sends fail
+
+    def _send(self, frame: p.Frame) -> None:
+        self._out.send_nowait(p.encode(frame))
+        self.sent.append((trio.current_time(), frame))
+
+    async def exit_early(self) -> None:
+        """Fails to start: exits before it ever says hello."""
+        await trio.sleep(self.script.start_exit_after)
+        assert self.script.start_exit is not None
+        self._die(self.script.start_exit)
+
+    async def run(self) -> None:
+        """The runner side: hello, then pings and turns until it dies or the server closes."""
+        with self._scope:
+            try:
+                await trio.sleep(self.script.hello_after)
+                self._send(p.Hello(runner_id=self.runner_id, pid=self.pid,
+                                   protocol_version=p.PROTOCOL_VERSION, harnesses=["fake"]))
+                ack = p.decode(await self._in.receive())
+                if not isinstance(ack, p.HelloAck):
+                    raise AssertionError(f"expected hello.ack, got {ack!r}")
+                count = 0
+                async with trio.open_nursery() as turns:
+                    async for raw in self._in:
+                        while self.hung:
+                            await trio.sleep_forever()
+                        frame = p.decode(raw)
+                        if isinstance(frame, p.Ping):
+                            self._send(p.Pong(ts=frame.ts))
+                        elif isinstance(frame, p.TurnStart):
+                            turns.start_soon(self._turn, frame, self.script.turn(count))
+                            count += 1
+                        elif isinstance(frame, p.Cancel):
+                            self._send(p.TurnFailed(frame.turn_id, "cancelled", "cancelled"))
+                    turns.cancel_scope.cancel()
+                self._die(0)  # the server closed the connection: a real runner exits 0
+            except* (trio.ClosedResourceError, trio.BrokenResourceError, trio.EndOfChannel):
+                pass  # its connection was cut while it was dying
+
+    async def _turn(self, start: p.TurnStart, script: TurnScript) -> None:
+        self.turns_received.append((trio.current_time(), start))
+        turn_id = start.turn_id
+        if script.action in ("answer", "duplicate"):
+            await trio.sleep(script.after)
+            self._send(p.TurnEvent(turn_id, {"type": ev.TEXT_DELTA, "turn_id": turn_id, "delta": script.text}))
+            self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_{turn_id[-6:]}",
+                                       [assistant_item(script.text)], {"total_tokens": 3}))
+            if script.action == "duplicate":
+                self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_dup",
+                                           [assistant_item(script.duplicate_text)], None))
+        elif script.action in ("die", "exit_linger"):
+            if script.partial:
+                self._send(p.TurnEvent(turn_id, {"type": ev.TEXT_DELTA, "turn_id": turn_id,
+                                                 "delta": script.partial}))
+            await trio.sleep(script.after)
+            if script.action == "die":
+                self._die(script.returncode)
+                return
+            self.lingering = True
+            self._die(script.returncode)
+            await trio.sleep(script.linger)
+            self.lingering = False
+            try:
+                self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_late", [assistant_item(script.text)]))
+                self.late_delivered = True
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                self.late_delivered = False
+            self._drop()
+        elif script.action == "hang":
+            await trio.sleep(script.after)
+            self.hung = True
+            await trio.sleep_forever()
+        else:
+            raise ValueError(f"unknown turn action {script.action!r}")
+
+
+class FakeRunnerLauncher:
+    """A `supervisor.Launcher` of `FakeRunnerProcess`es, each served by the real `serve_runner`.
+
+    `scripts[n]` scripts the n-th launch (from 0); later launches use `default`.
+    """
+
+    def __init__(
+        self,
+        state: ServerState,
+        nursery: trio.Nursery,
+        scripts: Sequence[RunnerScript] | Callable[[int], RunnerScript] = (),
+        default: RunnerScript = RunnerScript(),
+    ) -> None:
+        self.state = state
+        self.nursery = nursery
+        self.scripts = scripts
+        self.default = default
+        self.processes: list[FakeRunnerProcess] = []
+
+    def script_for(self, index: int) -> RunnerScript:
+        if callable(self.scripts):
+            return self.scripts(index)
+        return self.scripts[index] if index < len(self.scripts) else self.default
+
+    async def launch(self, argv, *, env, cwd, log_path) -> FakeRunnerProcess:
+        index = len(self.processes)
+        script = self.script_for(index)
+        runner_id = env["OMNIGENT_RUNNER_ID"]
+        log_path = Path(log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as log:
+            log.write(f"fake runner #{index} {runner_id} starting\n")
+            if script.log_line:
+                log.write(script.log_line + "\n")
+        process = FakeRunnerProcess(index, runner_id, script, log_path)
+        self.processes.append(process)
+        if script.start_exit is not None:
+            self.nursery.start_soon(process.exit_early, name=f"fake-runner-{index}")
+        else:
+            self.nursery.start_soon(self._serve, process, name=f"serve-runner-{index}")
+            self.nursery.start_soon(process.run, name=f"fake-runner-{index}")
+        await trio.lowlevel.checkpoint()
+        return process
+
+    async def _serve(self, process: FakeRunnerProcess) -> None:
+        """What the runner websocket route does: serve_runner, then the socket is gone."""
+        try:
+            await serve_runner(self.state, process.runner_id, process.transport)
+            process.server_outcome = "returned"
+        except* ConnectionError:
+            process.server_outcome = "connection lost"  # quart would just end the handler
+        finally:
+            process.transport.abort()
+
+    def by_id(self, runner_id: str) -> FakeRunnerProcess:
+        return next(proc for proc in self.processes if proc.runner_id == runner_id)
+
+
+# --- the client's view ------------------------------------------------------------------
+
+
+class Seen(NamedTuple):
+    """One session event and the virtual time a follower got it."""
+
+    time: float
+    event: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return self.event["type"]
+
+
+def post_message(state: ServerState, session_id: str, text: str) -> dict[str, Any]:
+    """What `POST /v1/sessions/<id>/events` with a user message does; returns the turn row."""
+    item = state.store.append_item(session_id, {"type": "message", "role": "user",
+                                                "content": [{"type": "input_text", "text": text}]})
+    turn = state.store.create_turn(session_id, item["id"])
+    state.hub.publish(session_id, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+    state.turns.submit(session_id)
+    return turn
+
+
+async def collect_until_terminal(hub: EventHub, session_id: str, turn_id: str, after: int = 0) -> list[Seen]:
+    """Follow a session's events from `after` until the terminal event of `turn_id`."""
+    seen: list[Seen] = []
+    async for event in hub.follow(session_id, after=after):
+        seen.append(Seen(trio.current_time(), event))
+        if event["type"] in p.TERMINAL_EVENTS and event.get("turn_id") == turn_id:
+            return seen
+    raise AssertionError("the hub closed before the turn ended")
+
+
+class SessionWatch:
+    """Records every event of one session from its first, with the virtual time it came."""
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self.changed = trio.Event()
+
+    async def run(self, hub: EventHub, session_id: str) -> None:
+        async for event in hub.follow(session_id, after=0):
+            self.seen.append(Seen(trio.current_time(), event))
+            self.changed.set()
+            self.changed = trio.Event()
+
+    async def until_terminal(self, turn_id: str) -> list[Seen]:
+        while not any(s.type in p.TERMINAL_EVENTS and s.event.get("turn_id") == turn_id for s in self.seen):
+            await self.changed.wait()
+        return list(self.seen)
+
+
+# --- the harness ------------------------------------------------------------------
+
+
+@dataclass
+class Harness:
+    tmp_path: Path
+    store: Store
+    hub: EventHub
+    registry: RunnerRegistry
+    turns: TurnService
+    state: ServerState
+    host: Host
+    launcher: FakeRunnerLauncher
+    nursery: trio.Nursery
+    server_end: LinkEnd
+    host_end: LinkEnd
+    supervisor_events: list[Event] = field(default_factory=list)
+    watches: dict[str, SessionWatch] = field(default_factory=dict)
+
+    @property
+    def processes(self) -> list[FakeRunnerProcess]:
+        return self.launcher.processes
+
+    def new_session(self, agent: str = "helper", model: str = "fake-model") -> str:
+        agent_row = self.store.upsert_agent(agent, {"name": agent, "model": model})
+        session_id = self.store.create_conversation(agent_id=agent_row["id"])["id"]
+        watch = self.watches[session_id] = SessionWatch()
+        self.nursery.start_soon(watch.run, self.hub, session_id)
+        return session_id
+
+    def post(self, session_id: str, text: str) -> dict[str, Any]:
+        return post_message(self.state, session_id, text)
+
+    async def until_terminal(self, session_id: str, turn_id: str) -> list[Seen]:
+        return await self.watches[session_id].until_terminal(turn_id)
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until a condition on the server's registry holds (re-checked on every change)."""
+        while not predicate():
+            await self.registry.wait_changed()
+
+    async def settle(self) -> None:
+        """Let every task run until all wait (no virtual time passes)."""
+        await trio.testing.wait_all_tasks_blocked()
+
+    async def online(self, count: int = 1) -> list[str]:
+        await self.until(lambda: len(self.registry.online) >= count)
+        return list(self.registry.online)
+
+    def sup(self, *kinds: str) -> list[Event]:
+        return [e for e in self.supervisor_events if not kinds or e.kind in kinds]
+
+
+async def _record(channel: trio.MemoryReceiveChannel[Event], into: list[Event]) -> None:
+    async for event in channel:
+        into.append(event)
+
+
+@asynccontextmanager
+async def open_harness(
+    tmp_path: Path,
+    scripts: Sequence[RunnerScript] | Callable[[int], RunnerScript] = (),
+    *,
+    default: RunnerScript = RunnerScript(),
+    runners: int = 1,
+    policy: RestartPolicy = TEST_POLICY,
+    runner_wait: float = 30.0,
+    max_attempts: int = 2,
+    ping_interval: float = 1.0,
+    ping_allowance: float = 3.0,
+) -> AsyncIterator[Harness]:
+    """The server pieces and a real `Host` over fake runners, in one nursery (ended on exit)."""
+    store = Store(tmp_path / "chat.db")
+    try:
+        async with trio.open_nursery() as nursery:
+            hub = EventHub()
+            registry = RunnerRegistry()
+            turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
+                                max_attempts=max_attempts)
+            state = ServerState(store, hub, registry, turns, "t",
+                                ping_interval=ping_interval, ping_allowance=ping_allowance)
+            server_end, host_end = memory_link()
+            state.host_events.links.append(server_end)   # as serve.run_server wires a host link
+            nursery.start_soon(_consume_host, state, server_end)
+            launcher = FakeRunnerLauncher(state, nursery, scripts, default)
+            host = Host("mem://", "t", host_end, log_dir=tmp_path / "logs", workspace=str(tmp_path),
+                        runners=runners, env={}, policy=policy, launcher=launcher)
+            harness = Harness(tmp_path, store, hub, registry, turns, state, host, launcher, nursery,
+                              server_end, host_end)
+            nursery.start_soon(_record, host.supervisor.subscribe(), harness.supervisor_events)
+            nursery.start_soon(host.run)  # not start(): a host that gives up never reports started
+            yield harness
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
