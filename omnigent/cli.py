@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import click
@@ -62,7 +63,7 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
 
     options = FrontOptions(
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
-        resume=resume, resume_latest=resume_latest, workspace=os.getcwd(),
+        resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
     )
     tmp = None
     if no_session:
@@ -79,7 +80,8 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     try:
         import trio
 
-        code = trio.run(run_tree, db_path, options.make_front)
+        # the REPL owns Ctrl-C (it cancels a turn); -p leaves it to the tree: exit 130
+        code = trio.run(partial(run_tree, handle_sigint=prompt is not None), db_path, options.make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

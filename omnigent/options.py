@@ -18,6 +18,7 @@ class FrontOptions:
     resume: str | None = None
     resume_latest: bool = False
     workspace: str | None = None
+    ephemeral: bool = False  # --no-session: nothing survives, so no "resume with" hint
 
     def make_front(self) -> Callable[[Any], Awaitable[int]]:
         from .front import Front  # imported late: it pulls in the HTTP client

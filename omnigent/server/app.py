@@ -353,7 +353,8 @@ def create_app(state: ServerState) -> QuartTrio:
             "id": conv["id"], "object": "session", "agent_id": conv.get("agent_id"),
             "agent_name": conv.get("agent_name"), "status": state.turns.status(conv["id"]),
             "created_at": conv["created_at"], "updated_at": conv["updated_at"],
-            "title": conv.get("title") or "", "labels": {}, "runner_id": rid,
+            "title": conv.get("title") or "", "item_count": conv.get("item_count") or 0,
+            "labels": {}, "runner_id": rid,
             "runner_online": bool(rid and rid in state.registry.online),
             "reasoning_effort": conv.get("reasoning_effort"), "workspace": conv.get("workspace"),
         }

@@ -1,0 +1,219 @@
+"""How conversations look in a terminal: transcripts, live events, tables.
+
+Everything here turns data into text; `Console` is the one place that writes,
+so it alone knows whether the input prompt is on screen and must be drawn
+again below late output (a notice, another client's turn).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TextIO
+
+from protocol import events as ev
+
+from ..client import message_text
+
+USER_MARK = "› "  # never the prompt glyph: tests wait for that one
+
+
+class Style:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def _sgr(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled and text else text
+
+    def bold(self, text: str) -> str:
+        return self._sgr("1", text)
+
+    def dim(self, text: str) -> str:
+        return self._sgr("2", text)
+
+    def red(self, text: str) -> str:
+        return self._sgr("31", text)
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_item(item: dict[str, Any], style: Style) -> str | None:
+    """One stored or streamed item as display lines (no trailing newline), None if not shown."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        text = message_text(item)
+        if item.get("role") == "user":
+            return style.bold(USER_MARK + text.replace("\n", "\n  "))
+        return text if item.get("role") == "assistant" else None
+    if kind == "function_call":
+        return style.dim(f"  ⚙ {item.get('name', '?')}({_clip(str(item.get('arguments', '')), 100)})")
+    if kind == "function_call_output":
+        return style.dim(f"  ↳ {_clip(str(item.get('output', '')), 100)}")
+    if kind == "reasoning":
+        summary = " ".join(p.get("text", "") for p in item.get("summary") or () if isinstance(p, dict))
+        return style.dim(f"  … {_clip(summary, 100)}") if summary else None
+    return None
+
+
+def transcript(items: Iterable[dict[str, Any]], style: Style) -> str:
+    lines = [line for line in (render_item(i, style) for i in items) if line is not None]
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def session_table(rows: list[dict[str, Any]]) -> str:
+    """The `/switch` table: newest first as listed, full ids."""
+    if not rows:
+        return "  No sessions.\n"
+    table = [("#", "ID", "Title", "Status", "Created")] + [
+        (str(n), r["id"], _clip(r.get("title") or "(untitled)", 40), r.get("status") or "",
+         time.strftime("%b %d %H:%M", time.localtime(r.get("created_at") or 0)))
+        for n, r in enumerate(rows, 1)
+    ]
+    widths = [max(len(row[c]) for row in table) for c in range(5)]
+    lines = ["Switch to…"] + ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
+                             for row in table]
+    return "\n".join(lines) + "\n  /switch <#> or <id> to resume\n"
+
+
+def age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return "just now"
+
+
+def picker_list(rows: list[dict[str, Any]], now: float) -> str:
+    """Numbered recent conversations: title, age, size, id."""
+    table = [(f"{n}.", _clip(r.get("title") or "(untitled)", 40),
+              age(now - (r.get("updated_at") or now)), f"{r.get('item_count', 0)} items", r["id"])
+             for n, r in enumerate(rows, 1)]
+    widths = [max(len(row[c]) for row in table) for c in range(5)]
+    return "".join("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n"
+                   for row in table)
+
+
+class Console:
+    """Line-based output that keeps the input prompt intact.
+
+    `shown_prompt` returns what the input line shows right now (prompt plus
+    typed text), or None when nobody is reading. Output that arrives while it
+    is shown is printed above it, whole lines only, and the line is redrawn.
+    """
+
+    def __init__(self, *, tty: bool, shown_prompt: Callable[[], str | None] = lambda: None,
+                 out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.tty = tty
+        self.style = Style(tty and self.out.isatty())
+        self._shown_prompt = shown_prompt
+        self._at_line_start = True
+        self._held = ""  # late stdout text still waiting for its newline
+
+    def write(self, text: str, *, err: bool = False) -> None:
+        if not text:
+            return
+        prompt = self._shown_prompt()
+        if prompt is None:
+            if self._held:  # the prompt went away under a half-printed late line
+                held, self._held = self._held, ""
+                self._emit(held, False)
+            self._emit(text, err)
+            return
+        if err:
+            text += "" if text.endswith("\n") else "\n"
+        else:
+            text = self._held + text
+            if "\n" not in text:
+                self._held = text
+                return
+            text, _, self._held = text.rpartition("\n")
+            text += "\n"
+        self.out.write("\r\x1b[K")
+        self._emit(text, err)
+        self.out.write(prompt)
+        self.out.flush()
+
+    def _emit(self, text: str, err: bool) -> None:
+        stream = self.err if err else self.out
+        stream.write(text)
+        stream.flush()
+        if not err:
+            self._at_line_start = text.endswith("\n")
+
+    def end_line(self) -> None:
+        if self._held or not self._at_line_start:
+            self.write("\n")
+
+    def line(self, text: str, *, err: bool = False) -> None:
+        self.end_line()
+        self.write(text + "\n", err=err)
+
+    def notice(self, text: str) -> None:
+        self.line(self.style.dim(text), err=True)
+
+    def error(self, message: str) -> None:
+        self.line(self.style.red(f"Error: {message}"), err=True)
+
+    def status(self, state: str) -> None:
+        """The idle/busy status line of a terminal session (tests wait for `state: sleeping`)."""
+        if self.tty:
+            self.line(self.style.dim(f"state: {state}"))
+
+
+class LiveRenderer:
+    """Renders a session's events as they arrive, for any turn, ours or not."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._streamed: set[str] = set()  # turns whose answer arrived as text deltas
+        self._shown: set[str] = set()     # turns whose answer is on screen
+
+    def event(self, event: dict[str, Any]) -> None:
+        con, kind, turn_id = self.console, event["type"], event.get("turn_id")
+        if kind == ev.RESPONSE_CREATED:
+            self._streamed.discard(turn_id)
+            self._shown.discard(turn_id)
+            if event["attempt"] > 1:
+                con.notice(f"retrying the turn (attempt {event['attempt']})")
+        elif kind == ev.TEXT_DELTA:
+            self._streamed.add(turn_id)
+            con.write(event["delta"])
+        elif kind == ev.ITEM_DONE:
+            item = event["item"]
+            if item.get("type", "message") == "message" and item.get("role") == "assistant":
+                if turn_id in self._streamed:
+                    con.end_line()
+                else:
+                    con.line(message_text(item))
+                self._shown.add(turn_id)
+            else:
+                shown = render_item(item, con.style)
+                if shown is not None:
+                    con.line(shown)
+        elif kind == ev.COMPLETED:
+            con.end_line()
+            if turn_id not in self._shown and turn_id not in self._streamed:
+                text = "".join(message_text(i) for i in event["response"].get("output") or ()
+                               if i.get("type", "message") == "message")
+                if text:
+                    con.line(text)
+            self._forget(turn_id)
+        elif kind == ev.FAILED:
+            con.error(event["error"].get("message") or event["error"].get("code") or "the turn failed")
+            self._forget(turn_id)
+        elif kind == ev.CANCELLED:
+            con.notice("(cancelled)")
+            self._forget(turn_id)
+        elif kind == ev.RUNNER_LOST:
+            con.notice(f"runner {event['runner_id']} lost: {event['cause']}")
+        elif kind == ev.RUNNER_REBOUND:
+            con.notice(f"continuing on runner {event['new_runner_id']}")
+
+    def _forget(self, turn_id: str | None) -> None:
+        self._streamed.discard(turn_id)
+        self._shown.discard(turn_id)

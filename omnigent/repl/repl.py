@@ -1,0 +1,323 @@
+"""The interactive REPL of `omnigent run`: a client of a server, nothing more.
+
+One conversation is attached at a time. A live subscription to its event
+stream renders whatever happens to it, even between turns; the loop reads a
+line, runs it as a slash command or as one turn, and waits for that turn to
+end. A fresh conversation is created lazily, on the first message, so merely
+opening the REPL stores nothing.
+
+Exit codes: 0 on Ctrl-D, EOF, /quit or /exit. When stdin is a pipe, 1 if any
+turn failed (so scripts notice) and 130 after Ctrl-C, which in a pipe stops
+the whole run; on a terminal Ctrl-C only cancels the running turn.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from protocol import events as ev
+
+from ..client import OmnigentClient, OmnigentError
+from ..options import FrontOptions
+from .render import Console, LiveRenderer, session_table, transcript
+from .terminal import PROMPT, LineInput
+from .trace import trace
+
+BIND_WAIT = 30.0  # seconds to wait for a runner to come online before the first message
+
+HELP = """\
+Commands:
+  /history           show the whole conversation again
+  /switch            list recent conversations
+  /switch <#|id>     resume one of them
+  /new               start a new conversation
+  /help              this list
+  /quit, /exit       leave (Ctrl-D too)
+Ctrl-C cancels a running turn; at the prompt it clears the line.
+"""
+
+
+@dataclass
+class _Turn:
+    turn_id: str | None = None  # known once the server accepted the message
+    cancel_requested: bool = False
+    before_post: trio.CancelScope = field(default_factory=trio.CancelScope)  # Ctrl-C: send nothing
+    done: trio.Event = field(default_factory=trio.Event)
+
+
+class Repl:
+    def __init__(self, client: OmnigentClient, options: FrontOptions, session_id: str | None,
+                 lines: LineInput) -> None:
+        self.client = client
+        self.options = options
+        self.session_id = session_id  # the attached conversation; None until the first message
+        self.lines = lines
+        self.console = Console(tty=lines.interactive, shown_prompt=lines.shown_prompt)
+        self.renderer = LiveRenderer(self.console)
+        self._last_session: str | None = None
+        self._bound: str | None = None  # the session whose runner binding was seen to
+        self._turn: _Turn | None = None
+        self._outcomes: dict[str, dict[str, Any]] = {}  # terminal events of our turn, by turn id
+        self._pump: trio.CancelScope | None = None
+        self._main = trio.CancelScope()
+        self._quit = False
+        self._failed = False
+        self._interrupted = False
+
+    async def run(self) -> int:
+        with trio.open_signal_receiver(signal.SIGINT) as sigint:  # ours for the REPL's life
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._on_sigint, sigint)
+                code = 130  # unless the loop ends by itself: Ctrl-C cancels it in a pipe
+                try:
+                    with self._main:
+                        code = await self._start() or await self._loop()
+                finally:
+                    nursery.cancel_scope.cancel()
+        self._resume_hint()
+        return code
+
+    async def _start(self) -> int:
+        try:
+            if self.session_id is not None:
+                await self._attach(self.session_id)
+            elif self.console.tty:
+                self.console.line(self.console.style.dim(
+                    f"{self.options.agent_name} · /help for commands · Ctrl-D to leave"))
+        except OmnigentError as exc:
+            self.console.error(exc.message)
+            return 1
+        self.console.status("sleeping")
+        return 0
+
+    async def _loop(self) -> int:
+        while not (self._quit or self._interrupted):
+            self.console.end_line()
+            try:
+                line = (await self.lines.read(PROMPT)).strip()
+            except EOFError:
+                if self.console.tty:
+                    self.console.write("\n")  # readline leaves the cursor after the prompt
+                break
+            if not line:
+                continue
+            try:
+                if line.startswith("/"):
+                    await self._command(line)
+                else:
+                    await self._send(line)
+            except OmnigentError as exc:
+                self._failed = True
+                self.console.error(exc.message)
+        if self._interrupted:
+            return 130
+        return 1 if self._failed and not self.lines.interactive else 0
+
+    # --- slash commands -----------------------------------------------------
+
+    async def _command(self, line: str) -> None:
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if name in ("/quit", "/exit"):
+            self._quit = True
+        elif name == "/help":
+            self.console.write(HELP)
+        elif name == "/history":
+            if self.session_id is None:
+                self.console.line("  No conversation yet: it starts with your first message.")
+            else:
+                self.console.write(transcript(await self.client.list_items(self.session_id),
+                                              self.console.style))
+        elif name == "/switch":
+            await self._switch(arg)
+        elif name == "/new":
+            self._detach()
+            self.console.line("  New conversation: it starts with your next message.")
+        else:
+            self.console.line(f"Unknown command {name}: type /help for the commands.", err=True)
+
+    async def _switch(self, arg: str) -> None:
+        if not arg or arg.isdigit():
+            rows = await self.client.list_sessions(limit=20)
+            if not arg:
+                self.console.write(session_table(rows))
+                return
+            if not 1 <= int(arg) <= len(rows):
+                self.console.line(f"No session #{arg} ({len(rows)} listed). "
+                                  "Run /switch with no argument to see the table.")
+                return
+            arg = rows[int(arg) - 1]["id"]
+        try:
+            info = await self.client.get_session(arg)
+        except OmnigentError as exc:
+            if exc.status_code != 404:
+                raise
+            self.console.error(f"Conversation '{arg}' not found.")
+            return
+        await self._attach(arg, info)
+
+    # --- the attached conversation ------------------------------------------
+
+    async def _attach(self, session_id: str, info: dict[str, Any] | None = None) -> None:
+        """Follow an existing conversation and print it whole."""
+        info = info or await self.client.get_session(session_id)
+        trace(f"resuming existing session id={session_id!r}")
+        await self._follow(session_id, info["last_sequence_number"])
+        items = await self.client.list_items(session_id)
+        self.console.line(f"Resumed conversation {session_id}")
+        self.console.write(transcript(items, self.console.style))
+
+    def _detach(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+        self._pump = None
+        self.session_id = None
+
+    async def _follow(self, session_id: str, after: int) -> None:
+        self._detach()
+        self.session_id = session_id  # before the pump starts, or its first events are dropped
+        try:
+            self._pump = await self._nursery.start(self._pump_events, session_id, after)
+        except OmnigentError:
+            self.session_id = None
+            raise
+        self._last_session = session_id
+
+    async def _pump_events(self, session_id: str, after: int,
+                           task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        """Render the session's events for as long as it is attached, reconnecting from `after`."""
+        with trio.CancelScope() as scope:
+            started, delay = False, 0.5
+            while True:
+                trace(f"subscribing /stream {session_id}")
+                try:
+                    async with self.client.events(session_id, after=after) as stream:
+                        if not started:
+                            task_status.started(scope)
+                            started = True
+                        delay = 0.5
+                        async for event in stream:
+                            if event["type"] != ev.HEARTBEAT:
+                                after = event.get("sequence_number", after)
+                                self._on_event(session_id, event)
+                    trace("/stream closed; reconnecting")
+                except OmnigentError as exc:
+                    if not started:
+                        raise
+                    trace(f"/stream error: {exc!r}; reconnecting")
+                await trio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _on_event(self, session_id: str, event: dict[str, Any]) -> None:
+        if session_id != self.session_id:
+            return  # a detached conversation's straggler: never show another's text
+        self.renderer.event(event)
+        turn, turn_id = self._turn, event.get("turn_id")
+        if turn is None or turn.turn_id not in (None, turn_id):
+            return
+        if event["type"] in ev.TERMINAL_EVENTS:
+            self._outcomes[turn_id] = event
+            if turn.turn_id == turn_id:
+                turn.done.set()
+        elif event["type"] == ev.RESPONSE_CREATED and turn.cancel_requested:
+            self._nursery.start_soon(self._interrupt)  # it was still queued when Ctrl-C came
+
+    # --- turns ----------------------------------------------------------------
+
+    async def _send(self, text: str) -> None:
+        self.console.status("running")
+        turn = self._turn = _Turn()
+        try:
+            if self.session_id is None:
+                trace("POST /v1/sessions multipart bundle")
+                info = await self.client.create_session(self.options.bundle,
+                                                        workspace=self.options.workspace)
+                trace(f"session created id={info['id']!r}")
+                await self._follow(info["id"], info["last_sequence_number"])
+            session_id = self.session_id
+            if self._bound != session_id:
+                with turn.before_post:
+                    await self._bind(session_id)
+                    self._bound = session_id
+            if turn.cancel_requested:
+                self.console.notice("(cancelled)")
+                return
+            trace(f"POST /events session={session_id}")
+            turn.turn_id = (await self.client.post_message(session_id, text))["turn_id"]
+            trace("POST returned; waiting for terminal event")
+            if turn.turn_id in self._outcomes:
+                turn.done.set()
+            elif turn.cancel_requested:
+                self._nursery.start_soon(self._interrupt)
+            await turn.done.wait()
+            outcome = self._outcomes.pop(turn.turn_id, None)
+            if outcome is None:
+                self.console.notice("stopped waiting; the turn may still finish")
+            elif outcome["type"] == ev.FAILED:
+                self._failed = True
+        finally:
+            self._turn = None
+            self._outcomes.clear()
+            self.console.status("sleeping")
+
+    async def _bind(self, session_id: str) -> None:
+        """Bind an online runner now, so the first answer does not wait for one (and it shows)."""
+        info = await self.client.get_session(session_id)
+        if info.get("runner_id") and info.get("runner_online"):
+            return
+        runner_id = None
+        with trio.move_on_after(BIND_WAIT):
+            while True:
+                runners = await self.client.list_runners()
+                if runners:
+                    runner_id = runners[0]["runner_id"]
+                    break
+                await trio.sleep(0.1)  # no event says "a runner came online"; it is quick
+        if runner_id is None:
+            return  # the server binds one when it dispatches the turn
+        trace(f"PATCH /v1/sessions/{session_id} runner_id={runner_id!r}")
+        try:
+            bound = await self.client.bind_runner(session_id, runner_id)
+        except OmnigentError as exc:  # it went away meanwhile: the server will bind another
+            trace(f"PATCH failed: {exc.message}")
+            return
+        trace(f"runner bound id={bound.get('runner_id')!r}")
+
+    async def _on_sigint(self, signals: Any) -> None:
+        async for _ in signals:
+            turn = self._turn
+            if not self.lines.interactive:
+                self._interrupted = True  # a pipe has nobody to come back to the prompt
+                if turn is None:
+                    self._main.cancel()
+                    continue
+            if turn is None:
+                continue  # between prompts on a terminal: nothing is running
+            if turn.cancel_requested:
+                turn.done.set()  # a second Ctrl-C: stop waiting for the server
+                continue
+            turn.cancel_requested = True
+            if self.console.tty:
+                self.console.write("\n")  # off the line the terminal echoed ^C on
+            self.console.notice("cancelling the turn… (Ctrl-C again to stop waiting)")
+            turn.before_post.cancel()
+            if turn.turn_id is not None:
+                await self._interrupt()
+
+    async def _interrupt(self) -> None:
+        try:
+            await self.client.interrupt(self.session_id)
+        except OmnigentError as exc:
+            self.console.error(exc.message)
+
+    def _resume_hint(self) -> None:
+        if self._last_session is not None and not self.options.ephemeral:
+            self.console.line(f"Resume this conversation with: omnigent run "
+                              f"{shlex.quote(self.options.agent_path)} --resume {self._last_session}",
+                              err=True)

@@ -1,0 +1,173 @@
+"""Where the REPL's lines come from: a terminal with editing and history, or a pipe.
+
+On a terminal, GNU readline needs a blocking `input()`. It runs in one
+long-lived thread, the only thread in omnigent, which asks trio for each
+prompt before it shows it and hands every line back through
+`trio.from_thread`: the prompt appears only when the REPL is ready, and no
+abandoned `input()` can steal a later line (stack-notes §8).
+
+While readline waits, the terminal's interrupt character is switched off
+(readline forces ISIG on, so that is the only way), and Ctrl-C reaches readline
+as a key that clears the line; during a turn Ctrl-C is a SIGINT for the REPL.
+
+From a pipe, lines are split off a trio FdStream: no thread.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import termios
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+PROMPT = "❯ "
+HISTORY_LINES = 1000
+
+
+class LineInput(Protocol):
+    interactive: bool
+
+    async def read(self, prompt: str, *, remember: bool = True) -> str:
+        """The next line without its newline; EOFError at the end of input."""
+
+    def shown_prompt(self) -> str | None:
+        """The prompt and typed text while a line is being read, else None."""
+
+
+def history_path() -> Path:
+    return Path.home() / ".omnigent" / "history"
+
+
+class TtyInput:
+    interactive = True
+
+    def __init__(self, history: Path | None, fd: int = 0) -> None:
+        import readline
+
+        self._rl = readline
+        self._fd = fd
+        self._history = history
+        self._token = trio.lowlevel.current_trio_token()
+        self._asks_in, self._asks = trio.open_memory_channel[str](0)
+        self._lines_in, self._lines = trio.open_memory_channel[str | None](0)
+        self._prompt: str | None = None
+        self._intr = termios.tcgetattr(fd)[6][termios.VINTR]
+        self._no_char = bytes([os.fpathconf(fd, "PC_VDISABLE")])
+        readline.set_auto_history(False)
+        readline.parse_and_bind(r'"\C-c": kill-whole-line')
+        if history is not None:
+            readline.set_history_length(HISTORY_LINES)
+            try:
+                history.parent.mkdir(parents=True, exist_ok=True)
+                history.touch()  # append_history_file needs the file to exist
+                readline.read_history_file(history)
+            except OSError:
+                self._history = None  # a read-only home must not break the REPL
+        threading.Thread(target=self._serve, name="omnigent-input", daemon=True).start()
+
+    def shown_prompt(self) -> str | None:
+        prompt = self._prompt
+        return None if prompt is None else prompt + self._rl.get_line_buffer()
+
+    async def read(self, prompt: str, *, remember: bool = True) -> str:
+        await self._asks_in.send(prompt)
+        line = await self._lines.receive()
+        if line is None:
+            raise EOFError
+        if remember and line.strip():
+            self._remember(line)
+        return line
+
+    def _remember(self, line: str) -> None:
+        self._rl.add_history(line)
+        if self._history is not None:
+            try:
+                self._rl.append_history_file(1, self._history)  # also trims it to HISTORY_LINES
+            except OSError:
+                pass
+
+    def _serve(self) -> None:
+        """The reader thread: one input() per prompt the REPL asks for."""
+        while True:
+            try:
+                prompt = trio.from_thread.run(self._asks.receive, trio_token=self._token)
+            except (trio.Cancelled, trio.RunFinishedError):
+                return
+            self._set_intr(False)
+            self._prompt = prompt
+            try:
+                line: str | None = input(prompt)
+            except (EOFError, OSError):
+                line = None
+            finally:
+                self._prompt = None
+                self._set_intr(True)
+            try:
+                trio.from_thread.run(self._lines_in.send, line, trio_token=self._token)
+            except (trio.Cancelled, trio.RunFinishedError):
+                return
+
+    def _set_intr(self, on: bool) -> None:
+        if not sys.stdout.isatty():
+            return  # input() does not use readline then, and ^C would land in the line
+        try:
+            attrs = termios.tcgetattr(self._fd)
+            attrs[6][termios.VINTR] = self._intr if on else self._no_char
+            termios.tcsetattr(self._fd, termios.TCSANOW, attrs)
+        except termios.error:
+            pass
+
+
+class PipeInput:
+    interactive = False
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buf = b""
+        self._eof = False
+
+    def shown_prompt(self) -> None:
+        return None
+
+    async def read(self, prompt: str, *, remember: bool = True) -> str:
+        while b"\n" not in self._buf and not self._eof:
+            chunk = await self._stream.receive_some(65536)
+            self._buf += chunk
+            self._eof = not chunk
+        if not self._buf:
+            raise EOFError
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode("utf-8", "replace").removesuffix("\r")
+
+
+def _utf8_stdio() -> None:
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.encoding.lower().replace("-", "") != "utf8":
+            stream.reconfigure(encoding="utf-8", errors="replace")
+
+
+@asynccontextmanager
+async def open_input(history: Path | None = None, fd: int = 0) -> AsyncIterator[LineInput]:
+    """Line input from `fd`; the terminal's modes and the fd's blocking flag are restored after."""
+    _utf8_stdio()
+    if not os.isatty(fd):
+        blocking = os.get_blocking(fd)
+        stream = trio.lowlevel.FdStream(os.dup(fd))  # sets O_NONBLOCK on the shared description
+        try:
+            yield PipeInput(stream)
+        finally:
+            await stream.aclose()
+            os.set_blocking(fd, blocking)
+        return
+    saved = termios.tcgetattr(fd)
+    try:
+        yield TtyInput(history, fd)
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)

@@ -1,0 +1,111 @@
+"""The REPL on a real PTY (pexpect): Ctrl-C, line editing keys, history file, picker, exit hint."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+
+import pexpect
+
+from tests.conftest import configure_mock_llm
+from tests.e2e._pexpect_harness import PROMPT_READY, submit_prompt
+from tests.e2e._repl_helpers import (
+    RUN_TIMEOUT,
+    agent_env,
+    conversation_ids,
+    new_model,
+    release_gates,
+    run_args,
+    turn_statuses,
+    wait_for_gate,
+    write_agent,
+)
+
+TIMEOUT = 30
+
+
+def _spawn(python, root, env, args) -> pexpect.spawn:
+    return pexpect.spawn(str(python), args, env=env, cwd=str(root), encoding="utf-8",
+                         codec_errors="replace", timeout=TIMEOUT, dimensions=(40, 120))
+
+
+def test_ctrl_c_cancels_a_turn_clears_an_idle_line_and_the_repl_stays(
+    omnigent_python, omnigent_repo_root, mock_credentials_env, mock_llm_server_url, tmp_path,
+):
+    model = new_model()
+    home = tmp_path / "home"
+    env = agent_env(mock_credentials_env, home)
+    agent = write_agent(tmp_path, model)
+    configure_mock_llm(mock_llm_server_url, [{"block": True}, {"text": "AFTER_CANCEL"}], key=model)
+    child = _spawn(omnigent_python, omnigent_repo_root, env, run_args(agent))
+    try:
+        child.expect("state: sleeping")
+        child.expect(PROMPT_READY)
+        submit_prompt(child, "wait for me")
+        child.expect("state: running")
+        wait_for_gate(mock_llm_server_url, model)
+        child.sendintr()
+        child.expect(re.escape("(cancelled)"))
+        child.expect("state: sleeping")
+        child.expect(PROMPT_READY)
+
+        child.send("garbage")
+        child.sendintr()  # at the prompt: clears the line, nothing is sent
+        submit_prompt(child, "/help")
+        child.expect("Commands:")
+        child.expect(PROMPT_READY)
+        submit_prompt(child, "/bogus")
+        child.expect("Unknown command /bogus: type /help")
+        child.expect(PROMPT_READY)
+
+        submit_prompt(child, "after")
+        child.expect("AFTER_CANCEL")
+        child.expect(PROMPT_READY)
+        child.sendcontrol("d")
+        child.expect(r"Resume this conversation with: omnigent run \S+ --resume (conv_\w+)")
+        resume_id = child.match.group(1)
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+    finally:
+        release_gates(mock_llm_server_url)
+        child.close(force=True)
+    assert conversation_ids(home) == [resume_id]
+    assert turn_statuses(home) == ["cancelled", "completed"]
+    history = (home / ".omnigent" / "history").read_text().splitlines()
+    assert history == ["wait for me", "/help", "/bogus", "after"]
+
+
+def test_the_picker_resumes_the_conversation_picked_by_number(
+    omnigent_python, omnigent_repo_root, mock_credentials_env, mock_llm_server_url, tmp_path,
+):
+    model = new_model()
+    home = tmp_path / "home"
+    env = agent_env(mock_credentials_env, home)
+    agent = write_agent(tmp_path, model)
+    alpha, beta = f"alpha{uuid.uuid4().hex[:8]}", f"beta{uuid.uuid4().hex[:8]}"
+    configure_mock_llm(mock_llm_server_url, [{"text": f"ack {alpha}"}, {"text": f"ack {beta}"}], key=model)
+    for word in (alpha, beta):
+        plant = subprocess.run([str(omnigent_python), *run_args(agent, "-p", f"remember {word}")], env=env,
+                               cwd=str(omnigent_repo_root), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        assert plant.returncode == 0, plant.stderr
+    conv_a, conv_b = conversation_ids(home)
+    child = _spawn(omnigent_python, omnigent_repo_root, env, run_args(agent, "-r"))
+    try:
+        child.expect(rf"1\.\s+remember {beta}\s+just now\s+2 items\s+{conv_b}")  # newest first
+        child.expect(rf"2\.\s+remember {alpha}\s+just now\s+2 items\s+{conv_a}")
+        child.expect(re.escape("Resume which one? (number or id) "))
+        child.send("9\r")
+        child.expect("Type a number from 1 to 2, or a conversation id.")
+        child.send("2\r")
+        child.expect(f"Resumed conversation {conv_a}")
+        child.expect(PROMPT_READY)
+        transcript = child.before
+        assert f"ack {alpha}" in transcript and beta not in transcript
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+    finally:
+        child.close(force=True)

@@ -1,0 +1,155 @@
+"""Unit tests of the REPL's pure parts: rendering, the console's late-output rule, pipe input."""
+
+from __future__ import annotations
+
+import io
+
+import trio
+import trio.testing
+
+from omnigent.repl.render import (
+    Console,
+    LiveRenderer,
+    Style,
+    age,
+    picker_list,
+    render_item,
+    session_table,
+    transcript,
+)
+from omnigent.repl.terminal import PipeInput
+from protocol import events as ev
+
+PLAIN = Style(False)
+
+
+def user(text: str) -> dict:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def assistant(text: str) -> dict:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def test_transcript_shows_user_and_assistant_turns_and_tools():
+    items = [user("hi\nthere"), assistant("hello"),
+             {"type": "function_call", "name": "get_time", "arguments": '{"tz": "UTC"}'},
+             {"type": "function_call_output", "output": "12:00"},
+             {"type": "reasoning", "summary": []}, {"type": "mystery"}]
+    assert transcript(items, PLAIN) == (
+        "› hi\n  there\nhello\n  ⚙ get_time({\"tz\": \"UTC\"})\n  ↳ 12:00\n")
+    assert transcript([], PLAIN) == ""
+    assert "❯" not in transcript(items, PLAIN)  # the prompt glyph is a readiness marker
+
+
+def test_styles_wrap_text_without_splitting_it():
+    assert render_item(user("x"), Style(True)) == "\x1b[1m› x\x1b[0m"
+    assert render_item(assistant("SESSION_OK"), Style(True)) == "SESSION_OK"
+
+
+def test_switch_table_lists_full_ids_newest_first_and_the_hint():
+    rows = [{"id": "conv_" + "b" * 32, "title": "", "status": "idle", "created_at": 0},
+            {"id": "conv_" + "a" * 32, "title": "x" * 80, "status": "running", "created_at": 0}]
+    table = session_table(rows)
+    lines = table.splitlines()
+    assert lines[0] == "Switch to…"
+    assert lines[1].split() == ["#", "ID", "Title", "Status", "Created"]
+    assert lines[2].split()[:4] == ["1", rows[0]["id"], "(untitled)", "idle"]
+    assert "x" * 39 + "…" in lines[3]
+    assert lines[-1] == "  /switch <#> or <id> to resume"
+    assert session_table([]) == "  No sessions.\n"
+
+
+def test_picker_list_and_ages():
+    assert [age(s) for s in (5, 59, 60, 3599, 7200, 86400 * 3)] == [
+        "just now", "just now", "1 min ago", "59 min ago", "2 h ago", "3 d ago"]
+    listing = picker_list([{"id": "conv_1", "title": "plan", "updated_at": 1000.0, "item_count": 4}], 1120.0)
+    assert listing.split() == ["1.", "plan", "2", "min", "ago", "4", "items", "conv_1"]
+
+
+def _console(shown: list[str | None]) -> tuple[Console, io.StringIO, io.StringIO]:
+    out, err = io.StringIO(), io.StringIO()
+    return Console(tty=True, shown_prompt=lambda: shown[0], out=out, err=err), out, err
+
+
+def test_console_prints_late_output_above_the_prompt_whole_lines_only():
+    shown: list[str | None] = ["❯ draft"]
+    console, out, err = _console(shown)
+    console.write("partial ")
+    assert out.getvalue() == ""  # held until its line is complete
+    console.write("line\nnext")
+    assert out.getvalue() == "\r\x1b[Kpartial line\n❯ draft"
+    console.notice("runner lost")  # ends the held line first, then the notice, then the prompt again
+    assert out.getvalue() == "\r\x1b[Kpartial line\n❯ draft\r\x1b[Knext\n❯ draft\r\x1b[K❯ draft"
+    assert err.getvalue() == "runner lost\n"
+
+
+def test_console_writes_held_late_text_once_the_prompt_is_gone():
+    shown: list[str | None] = ["❯ "]
+    console, out, _ = _console(shown)
+    console.write("stream")
+    shown[0] = None  # the user pressed Enter
+    console.write(" continues\n")
+    assert out.getvalue() == "stream continues\n"
+
+
+def test_console_status_only_on_a_terminal():
+    out = io.StringIO()
+    Console(tty=False, out=out, err=io.StringIO()).status("sleeping")
+    assert out.getvalue() == ""
+    console, out, _ = _console([None])
+    console.write("streamed")
+    console.status("sleeping")
+    assert out.getvalue() == "streamed\nstate: sleeping\n"
+
+
+def test_renderer_shows_an_answer_once_from_deltas_item_or_completion():
+    console, out, err = _console([None])
+    r = LiveRenderer(console)
+    r.event({"type": ev.RESPONSE_CREATED, "turn_id": "t1", "attempt": 1})
+    r.event({"type": ev.TEXT_DELTA, "turn_id": "t1", "delta": "Hel"})
+    r.event({"type": ev.TEXT_DELTA, "turn_id": "t1", "delta": "lo"})
+    r.event({"type": ev.ITEM_DONE, "turn_id": "t1", "item": assistant("Hello")})
+    r.event({"type": ev.COMPLETED, "turn_id": "t1", "response": {"output": [assistant("Hello")]}})
+    r.event({"type": ev.ITEM_DONE, "turn_id": "t2", "item": assistant("no deltas")})
+    r.event({"type": ev.COMPLETED, "turn_id": "t2", "response": {"output": [assistant("no deltas")]}})
+    r.event({"type": ev.COMPLETED, "turn_id": "t3", "response": {"output": [assistant("only here")]}})
+    assert out.getvalue() == "Hello\nno deltas\nonly here\n"
+    r.event({"type": ev.FAILED, "turn_id": "t4", "error": {"code": "x", "message": "boom"}})
+    r.event({"type": ev.CANCELLED, "turn_id": "t5"})
+    r.event({"type": ev.RUNNER_LOST, "runner_id": "runner_a", "cause": "killed by SIGKILL"})
+    r.event({"type": ev.RUNNER_REBOUND, "old_runner_id": "runner_a", "new_runner_id": "runner_b",
+             "cause": "x"})
+    assert err.getvalue() == ("Error: boom\n(cancelled)\nrunner runner_a lost: killed by SIGKILL\n"
+                              "continuing on runner runner_b\n")
+
+
+def test_renderer_starts_a_retried_answer_over_on_a_new_line():
+    console, out, err = _console([None])
+    r = LiveRenderer(console)
+    r.event({"type": ev.TEXT_DELTA, "turn_id": "t1", "delta": "half"})
+    r.event({"type": ev.RESPONSE_CREATED, "turn_id": "t1", "attempt": 2})
+    r.event({"type": ev.ITEM_DONE, "turn_id": "t1", "item": assistant("whole")})
+    assert out.getvalue() == "half\nwhole\n"
+    assert err.getvalue() == "retrying the turn (attempt 2)\n"
+
+
+async def test_pipe_input_splits_lines_across_chunks_and_ends_with_eof():
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    lines = PipeInput(receive)
+    await send.send_all(b"first\r\nsec")
+    async with trio.open_nursery() as nursery:
+        async def finish() -> None:
+            await send.send_all("ond ❯\n\nlast".encode())
+            await send.aclose()
+        nursery.start_soon(finish)
+        assert await lines.read("") == "first"
+        assert await lines.read("") == "second ❯"
+    assert await lines.read("") == ""
+    assert await lines.read("") == "last"
+    try:
+        await lines.read("")
+    except EOFError:
+        pass
+    else:
+        raise AssertionError("no EOFError at the end of input")
