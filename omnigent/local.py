@@ -40,7 +40,7 @@ async def run_tree(
     `make_front` is called only after the runner is launched, so the front
     end's imports (httpx, ...) overlap the runner's start-up too.
     """
-    from .server.serve import bind_socket, url_of
+    from .server.sockets import bind_socket, url_of
 
     sock = bind_socket()
     url = url_of(sock)

@@ -7,8 +7,10 @@ cancel scope, and exiting promptly and cleanly when stdin reaches EOF (a dead
 supervisor leaves no orphan, G9), when the websocket closes, or on SIGTERM.
 
 Top-level imports stay at trio, trio_websocket, protocol and the standard
-library: the hello must go out fast, so openai (via `harness`) is imported
-only after the server has acknowledged it (stack-notes §5, G14).
+library. openai (via `harness`, ~0.3-0.5 s) is imported and the first client
+built before dialing: a runner starts while its server starts, so the import
+overlaps the server's own, and "online" then means ready for a turn at once
+(stack-notes §5, G14).
 """
 
 from __future__ import annotations
@@ -170,7 +172,6 @@ class Runner:
                 send, outbox = trio.open_memory_channel[Frame](OUTBOX_SIZE)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._send_loop, ws, outbox, nursery)
-                    nursery.start_soon(self._prewarm)
                     await self._receive_loop(ws, send, nursery)
                     nursery.cancel_scope.cancel()
         if self.stopping:
@@ -210,11 +211,9 @@ class Runner:
             self._pool = harness.ClientPool()
         return self._harness
 
-    async def _prewarm(self) -> None:
-        """Pay the import and the first client's cost while idle, not inside the first turn."""
-        await trio.sleep(0)  # frames already received go first
+    def prewarm(self) -> None:
+        """Pay the import and the first client's cost before dialing, not inside the first turn."""
         harness = self._load_harness()
-        await trio.sleep(0)
         try:
             harness.prewarm(self._pool, self.environ)
         except Exception as exc:  # only an optimisation; the turn will report a real problem
@@ -369,6 +368,7 @@ async def run(config: Config, environ: Mapping[str, str] = os.environ) -> int:
     async with trio.open_nursery() as nursery:
         await nursery.start(_watch_signals, runner)
         nursery.start_soon(_watch_stdin, runner)
+        runner.prewarm()
         try:
             code = await runner.connect_and_serve()
         finally:

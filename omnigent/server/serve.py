@@ -21,25 +21,12 @@ import protocol as p
 from ..link import LinkEnd
 from ..store import Store
 from .hub import EventHub
+from .sockets import url_of
 from .registry import RunnerRegistry
 from .state import ServerState
 from .turns import TurnService
 
 log = logging.getLogger("omnigent.server")
-
-
-def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    return sock
-
-
-def url_of(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
 @dataclass

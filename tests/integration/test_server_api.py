@@ -20,7 +20,8 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 import protocol as p
 from omnigent.agents import bundle_bytes
 from omnigent.client import OmnigentClient
-from omnigent.server.serve import bind_socket, run_server
+from omnigent.server.serve import run_server
+from omnigent.server.sockets import bind_socket
 from omnigent.store import Store
 
 TOKEN = "test-token"

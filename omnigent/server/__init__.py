@@ -1,0 +1,1 @@
+"""The HTTP + websocket API server: sessions, items, runners, event streams."""

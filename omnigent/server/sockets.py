@@ -1,0 +1,24 @@
+"""The listening socket, bound before the server's heavy imports.
+
+Kept apart from `serve` so binding costs no import of quart or the store: the
+caller binds, launches the runner (which dials this port and waits in the
+backlog), and only then starts the server on the same socket.
+"""
+
+from __future__ import annotations
+
+import socket
+
+
+def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
