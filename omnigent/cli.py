@@ -80,8 +80,11 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     try:
         import trio
 
-        # the REPL owns Ctrl-C (it cancels a turn); -p leaves it to the tree: exit 130
-        code = trio.run(partial(run_tree, handle_sigint=prompt is not None), db_path, options.make_front)
+        # The REPL owns Ctrl-C (it cancels a turn); -p leaves it to the tree: exit 130.
+        # The REPL keeps a warm spare runner (~50 MiB) so a crash costs ~0.1 s, not ~0.8 s.
+        one_shot = prompt is not None
+        code = trio.run(partial(run_tree, handle_sigint=one_shot, runners=1 if one_shot else 2),
+                        db_path, options.make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

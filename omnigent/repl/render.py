@@ -59,6 +59,25 @@ def render_item(item: dict[str, Any], style: Style) -> str | None:
     return None
 
 
+def rebound_notice(event: dict[str, Any]) -> str:
+    """One line per incident: who died, why, who took over, how fast, and whether the turn reruns."""
+    text = (f"runner {_short_id(event['old_runner_id'])} died ({_short_cause(event['cause'])}); "
+            f"replaced by {_short_id(event['new_runner_id'])} in {event.get('downtime', 0.0):.2f} s")
+    return text + ("; retrying your turn" if event.get("retrying") else "")
+
+
+def _short_id(runner_id: str) -> str:
+    return runner_id[:11] + "…"
+
+
+def _short_cause(cause: str) -> str:
+    if cause.startswith("killed by "):
+        return cause[len("killed by "):]
+    if cause.startswith("exited with code "):
+        return "exit code " + cause[len("exited with code "):]
+    return cause.split("; killed by")[0]  # "hung: no answer to pings for 4.0 s"
+
+
 def transcript(items: Iterable[dict[str, Any]], style: Style) -> str:
     lines = [line for line in (render_item(i, style) for i in items) if line is not None]
     return "\n".join(lines) + "\n" if lines else ""
@@ -178,8 +197,6 @@ class LiveRenderer:
         if kind == ev.RESPONSE_CREATED:
             self._streamed.discard(turn_id)
             self._shown.discard(turn_id)
-            if event["attempt"] > 1:
-                con.notice(f"retrying the turn (attempt {event['attempt']})")
         elif kind == ev.TEXT_DELTA:
             self._streamed.add(turn_id)
             con.write(event["delta"])
@@ -209,10 +226,10 @@ class LiveRenderer:
         elif kind == ev.CANCELLED:
             con.notice("(cancelled)")
             self._forget(turn_id)
-        elif kind == ev.RUNNER_LOST:
-            con.notice(f"runner {event['runner_id']} lost: {event['cause']}")
         elif kind == ev.RUNNER_REBOUND:
-            con.notice(f"continuing on runner {event['new_runner_id']}")
+            con.notice(rebound_notice(event))
+        # runner lost: said once, with its replacement, by the rebound notice; if none comes
+        # the turn fails with the reason
 
     def _forget(self, turn_id: str | None) -> None:
         self._streamed.discard(turn_id)

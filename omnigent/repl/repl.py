@@ -36,6 +36,7 @@ Commands:
   /switch            list recent conversations
   /switch <#|id>     resume one of them
   /new               start a new conversation
+  /retry             run the last, interrupted turn again
   /help              this list
   /quit, /exit       leave (Ctrl-D too)
 Ctrl-C cancels a running turn; at the prompt it clears the line.
@@ -139,6 +140,11 @@ class Repl:
         elif name == "/new":
             self._detach()
             self.console.line("  New conversation: it starts with your next message.")
+        elif name == "/retry":
+            if self.session_id is None:
+                self.console.line("  Nothing to retry yet.")
+            else:
+                await self._send(None)
         else:
             self.console.line(f"Unknown command {name}: type /help for the commands.", err=True)
 
@@ -172,6 +178,10 @@ class Repl:
         items = await self.client.list_items(session_id)
         self.console.line(f"Resumed conversation {session_id}")
         self.console.write(transcript(items, self.console.style))
+        turns = await self.client.list_turns(session_id)
+        if turns and turns[-1]["status"] == "interrupted":
+            self.console.notice("The last turn was interrupted (omnigent stopped in the middle of it); "
+                                "/retry runs it again.")
 
     def _detach(self) -> None:
         if self._pump is not None:
@@ -230,7 +240,8 @@ class Repl:
 
     # --- turns ----------------------------------------------------------------
 
-    async def _send(self, text: str) -> None:
+    async def _send(self, text: str | None) -> None:
+        """Run one turn: `text` as a new message, or None to retry the last interrupted turn."""
         self.console.status("running")
         turn = self._turn = _Turn()
         try:
@@ -249,7 +260,9 @@ class Repl:
                 self.console.notice("(cancelled)")
                 return
             trace(f"POST /events session={session_id}")
-            turn.turn_id = (await self.client.post_message(session_id, text))["turn_id"]
+            posted = await (self.client.post_message(session_id, text) if text is not None
+                            else self.client.retry(session_id))
+            turn.turn_id = posted["turn_id"]
             trace("POST returned; waiting for terminal event")
             if turn.turn_id in self._outcomes:
                 turn.done.set()
