@@ -117,11 +117,24 @@ def test_renderer_shows_an_answer_once_from_deltas_item_or_completion():
     assert out.getvalue() == "Hello\nno deltas\nonly here\n"
     r.event({"type": ev.FAILED, "turn_id": "t4", "error": {"code": "x", "message": "boom"}})
     r.event({"type": ev.CANCELLED, "turn_id": "t5"})
-    r.event({"type": ev.RUNNER_LOST, "runner_id": "runner_a", "cause": "killed by SIGKILL"})
-    r.event({"type": ev.RUNNER_REBOUND, "old_runner_id": "runner_a", "new_runner_id": "runner_b",
-             "cause": "x"})
-    assert err.getvalue() == ("Error: boom\n(cancelled)\nrunner runner_a lost: killed by SIGKILL\n"
-                              "continuing on runner runner_b\n")
+    assert err.getvalue() == "Error: boom\n(cancelled)\n"
+
+
+def test_a_runner_incident_is_one_notice_line():
+    console, _, err = _console([None])
+    r = LiveRenderer(console)
+    r.event({"type": ev.RUNNER_LOST, "runner_id": "runner_ab12ef", "cause": "killed by SIGKILL"})
+    r.event({"type": ev.RUNNER_REBOUND, "old_runner_id": "runner_ab12ef", "new_runner_id": "runner_cd34ef",
+             "cause": "killed by SIGKILL", "downtime": 0.18, "retrying": True})
+    r.event({"type": ev.RUNNER_REBOUND, "old_runner_id": "runner_cd34ef", "new_runner_id": "runner_ef56ab",
+             "cause": "exited with code 3", "downtime": 1.5, "retrying": False})
+    r.event({"type": ev.RUNNER_REBOUND, "old_runner_id": "runner_ef56ab", "new_runner_id": "runner_0000ab",
+             "cause": "hung: no answer to pings for 4.0 s; killed by SIGKILL", "downtime": 4.0})
+    assert err.getvalue().splitlines() == [
+        "runner runner_ab12… died (SIGKILL); replaced by runner_cd34… in 0.18 s; retrying your turn",
+        "runner runner_cd34… died (exit code 3); replaced by runner_ef56… in 1.50 s",
+        "runner runner_ef56… died (hung: no answer to pings for 4.0 s); replaced by runner_0000… in 4.00 s",
+    ]
 
 
 def test_renderer_starts_a_retried_answer_over_on_a_new_line():
@@ -131,7 +144,7 @@ def test_renderer_starts_a_retried_answer_over_on_a_new_line():
     r.event({"type": ev.RESPONSE_CREATED, "turn_id": "t1", "attempt": 2})
     r.event({"type": ev.ITEM_DONE, "turn_id": "t1", "item": assistant("whole")})
     assert out.getvalue() == "half\nwhole\n"
-    assert err.getvalue() == "retrying the turn (attempt 2)\n"
+    assert err.getvalue() == ""  # the rebound notice already said "retrying your turn"
 
 
 async def test_pipe_input_splits_lines_across_chunks_and_ends_with_eof():
