@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from supervisor import RestartPolicy
+
 from .host import Host
+from .host.pool import DEFAULT_POLICY
 from .link import memory_link
 from .logs import logs_dir, open_log, prune
 
@@ -34,6 +37,7 @@ async def run_tree(
     runners: int = 1,
     workspace: str | None = None,
     handle_sigint: bool = True,
+    policy: RestartPolicy = DEFAULT_POLICY,
 ) -> int:
     """Run a front end against a fresh in-process server and runner pool; returns the exit code.
 
@@ -49,7 +53,7 @@ async def run_tree(
     open_log("host")
     prune(logs_dir() / "runner")
     host = Host(url, token, host_end, log_dir=logs_dir(), workspace=workspace or os.getcwd(),
-                runners=runners)
+                runners=runners, policy=policy)
     exit_code = 0
     store = None
     try:

@@ -16,10 +16,9 @@ import argparse
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -29,12 +28,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from omnigent.agents import bundle_bytes  # noqa: E402
+from omnigent.host.pool import DEFAULT_POLICY  # noqa: E402
 from omnigent.local import run_tree  # noqa: E402
 
 from bench_run import pss_kib, start_mock  # noqa: E402
 
 
 async def wait_event(stream, kind: str) -> dict:
+    with trio.fail_after(30):
+        return await _next_of(stream, kind)
+
+
+async def _next_of(stream, kind: str) -> dict:
     async for event in stream:
         if event["type"] == kind:
             return event
@@ -79,6 +84,7 @@ def measure(runners: int, rounds: int, mock_url: str) -> dict[str, list[float]]:
                 assert done["turn_id"] == posted["turn_id"]
             httpx.post(f"{mock_url}/gate/release", json={})
             await trio.sleep(1.0)
+        await trio.sleep(1.5)  # every slot refilled and warm
         runner_pids = [r["pid"] for r in await client.list_runners()]
         figures["runner_pss"].append(sum(pss_kib(p) for p in runner_pids) / 1024)
         return 0
@@ -87,7 +93,13 @@ def measure(runners: int, rounds: int, mock_url: str) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as home:
         os.environ["HOME"] = home
         try:
-            trio.run(lambda: run_tree(Path(home) / "chat.db", lambda: front, runners=runners))
+            # each kill is a lone incident: 2 kills a round would exceed the default restart
+            # intensity (5 in 30 s) and grow the backoff; the bench measures one crash, repeatedly
+            policy = replace(DEFAULT_POLICY, intensity=1000, reset_after=0.5)
+            code = trio.run(lambda: run_tree(Path(home) / "chat.db", lambda: front, runners=runners,
+                                             policy=policy))
+            if code:
+                raise SystemExit(f"the tree exited with {code}; logs in {home}/.omnigent/logs")
         finally:
             if old_home is not None:
                 os.environ["HOME"] = old_home
