@@ -8,10 +8,10 @@ client relies on, so a client never renders half an event.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .errors import ProtocolError
+from .jsonobj import load_object
 
 SESSION_STATUS = "session.status"          # status: idle|running|waiting|failed
 HEARTBEAT = "session.heartbeat"
@@ -50,15 +50,7 @@ def make_event(type_: str, **fields: Any) -> dict[str, Any]:
 
 
 def decode_event(raw: str | bytes | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(raw, dict):
-        event = raw
-    else:
-        try:
-            event = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ProtocolError(f"event is not JSON: {exc}") from None
-    if not isinstance(event, dict):
-        raise ProtocolError("event is not a JSON object")
+    event = raw if isinstance(raw, dict) else load_object(raw, "event")
     _check(event)
     return event
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import ProtocolError
+from .jsonobj import load_object
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -183,12 +184,7 @@ def encode(frame: Frame) -> str:
 def decode(raw: str | bytes) -> Frame:
     if len(raw) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(raw)} bytes exceeds {MAX_FRAME_BYTES}", ProtocolError.TOO_LARGE)
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"frame is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ProtocolError("frame is not a JSON object")
+    data = load_object(raw, "frame")
     kind = data.pop("kind", None)
     cls = FRAME_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
