@@ -55,6 +55,12 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
         raise click.ClickException(str(exc)) from None
     if not auth.get("api_key") and not auth.get("base_url"):
         raise click.ClickException(NO_ENDPOINT)
+    from .tuning import tuning_from_env
+
+    try:
+        tuning = tuning_from_env()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     if no_session and (resume or resume_latest):
         raise click.ClickException("--no-session cannot be combined with --resume or --continue")
 
@@ -83,7 +89,8 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
         # The REPL owns Ctrl-C (it cancels a turn); -p leaves it to the tree: exit 130.
         # The REPL keeps a warm spare runner (~50 MiB) so a crash costs ~0.1 s, not ~0.8 s.
         one_shot = prompt is not None
-        code = trio.run(partial(run_tree, handle_sigint=one_shot, runners=1 if one_shot else 2),
+        code = trio.run(partial(run_tree, handle_sigint=one_shot, runners=1 if one_shot else 2,
+                                tuning=tuning),
                         db_path, options.make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None

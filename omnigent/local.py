@@ -23,6 +23,7 @@ from .host import Host
 from .host.pool import DEFAULT_POLICY
 from .link import memory_link
 from .logs import logs_dir, open_log, prune
+from .tuning import Tuning
 
 if TYPE_CHECKING:
     from .client import OmnigentClient
@@ -38,6 +39,7 @@ async def run_tree(
     workspace: str | None = None,
     handle_sigint: bool = True,
     policy: RestartPolicy = DEFAULT_POLICY,
+    tuning: Tuning = Tuning(),
 ) -> int:
     """Run a front end against a fresh in-process server and runner pool; returns the exit code.
 
@@ -78,7 +80,9 @@ async def run_tree(
             store = Store(db_path)
             front = make_front()
             server = await nursery.start(lambda task_status: run_server(
-                store, sock, token=token, host_links=[server_end], task_status=task_status))
+                store, sock, token=token, host_links=[server_end], runner_wait=tuning.runner_wait,
+                max_attempts=tuning.turn_attempts, ping_interval=tuning.ping_interval,
+                ping_allowance=tuning.ping_allowance, task_status=task_status))
             front_scope = trio.CancelScope()
 
             async def on_signals() -> None:

@@ -1,0 +1,45 @@
+"""Recovery timing knobs, from the environment, checked before anything starts.
+
+Defaults catch a hung runner within ~4 s, retry an interrupted turn once,
+and let a message wait 30 s for a runner. Tests and unusual deployments
+(slow machines, long model calls that block a runner's loop) change them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tuning:
+    ping_interval: float = 1.0   # seconds between pings to a runner
+    ping_allowance: float = 3.0  # pings' worth of silence before a runner counts as hung
+    turn_attempts: int = 2       # attempts of a turn whose runner is lost
+    runner_wait: float = 30.0    # how long a message waits for a runner to come online
+
+
+_VARS = {
+    "OMNIGENT_PING_INTERVAL": ("ping_interval", float),
+    "OMNIGENT_PING_ALLOWANCE": ("ping_allowance", float),
+    "OMNIGENT_TURN_ATTEMPTS": ("turn_attempts", int),
+    "OMNIGENT_RUNNER_WAIT": ("runner_wait", float),
+}
+
+
+def tuning_from_env(environ: Mapping[str, str] = os.environ) -> Tuning:
+    """Raises ValueError with a one-line message naming the variable."""
+    values = {}
+    for var, (field, kind) in _VARS.items():
+        raw = environ.get(var)
+        if raw is None or raw == "":
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ValueError(f"{var} must be a {'whole ' if kind is int else ''}number, not {raw!r}") from None
+        if value <= 0:
+            raise ValueError(f"{var} must be greater than 0, not {raw!r}")
+        values[field] = value
+    return Tuning(**values)
