@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -284,13 +283,13 @@ def create_app(state: ServerState) -> QuartTrio:
         await websocket.accept()
         async with trio.open_nursery() as n:
             n.start_soon(_close_on_shutdown, n)
-            n.start_soon(_drain_client, n)
+            n.start_soon(_drain_client)
             await websocket.send(json.dumps({"type": ev.HEARTBEAT, "session_id": session_id,
                                              "sequence_number": state.hub.last_seq(session_id)}))
             async for event in state.hub.follow(session_id, after):
                 await websocket.send(json.dumps(event))
 
-    async def _drain_client(n: trio.Nursery) -> None:
+    async def _drain_client() -> None:
         while True:  # clients send nothing we need; reading notices a close
             await websocket.receive()
 
@@ -406,6 +405,3 @@ def create_app(state: ServerState) -> QuartTrio:
 def _sse(event: dict[str, Any]) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
-
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
