@@ -12,10 +12,10 @@ import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.conftest import configure_mock_llm, mock_requests
+from tests.e2e._repl_helpers import release_gates, wait_for_gate
 
 RUN_TIMEOUT = 60
 
@@ -136,10 +136,7 @@ def test_signal_mid_turn_exits_with_its_code_and_leaves_nothing(env, tmp_path, m
     proc = subprocess.Popen([sys.executable, "-m", "omnigent", "run", str(agent(tmp_path, model)), "-p", "wait"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while not any(g["model"] == model for g in httpx.get(f"{mock_llm_server_url}/gate/pending").json()["pending"]):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.02)  # polling another process's state; nothing to wait on
+        wait_for_gate(mock_llm_server_url, model)
         proc.send_signal(sig)
         proc.communicate(timeout=20)
         assert proc.returncode == code
@@ -147,7 +144,7 @@ def test_signal_mid_turn_exits_with_its_code_and_leaves_nothing(env, tmp_path, m
     finally:
         if proc.poll() is None:
             proc.kill()
-        httpx.post(f"{mock_llm_server_url}/gate/release", json={})
+        release_gates(mock_llm_server_url)
 
 
 def test_sigkill_of_run_leaves_no_runner(env, tmp_path, mock_llm_server_url):
@@ -156,10 +153,7 @@ def test_sigkill_of_run_leaves_no_runner(env, tmp_path, mock_llm_server_url):
     proc = subprocess.Popen([sys.executable, "-m", "omnigent", "run", str(agent(tmp_path, model)), "-p", "wait"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while not any(g["model"] == model for g in httpx.get(f"{mock_llm_server_url}/gate/pending").json()["pending"]):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for_gate(mock_llm_server_url, model)
         proc.kill()
         proc.wait(timeout=10)
         deadline = time.monotonic() + 1.0  # runners watch their stdin: EOF within 1 s
@@ -167,7 +161,7 @@ def test_sigkill_of_run_leaves_no_runner(env, tmp_path, mock_llm_server_url):
             time.sleep(0.02)
         assert tagged_alive(env["OMNIGENT_TEST_TAG"]) == []
     finally:
-        httpx.post(f"{mock_llm_server_url}/gate/release", json={})
+        release_gates(mock_llm_server_url)
 
 
 def test_runner_that_cannot_start_gives_up_with_reason_and_log_tail(env, tmp_path):
