@@ -103,6 +103,52 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
 
 
 @cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback requires a token.")
+@click.option("--port", default=0, type=int, help="0 picks a free port.")
+@click.option("--runners", default=1, type=click.IntRange(0, 64), show_default=True,
+              help="Runner processes supervised in this process.")
+@click.option("--token", envvar="OMNIGENT_SERVER_TOKEN",
+              help="Bearer token clients must send (generated and printed when needed).")
+def server(host: str, port: int, runners: int, token: str | None) -> None:
+    """Serve the API (sessions, event streams) on the persistent store, with local runners."""
+    import secrets
+    from functools import partial
+
+    import trio
+
+    from .local import LOOPBACK, run_tree
+    from .store import StoreError, default_db_path
+    from .tuning import tuning_from_env
+
+    try:
+        tuning = tuning_from_env()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    public = host not in LOOPBACK
+    if public and not token:
+        token = secrets.token_urlsafe(24)
+        click.echo(f"token: {token}  (clients send: Authorization: Bearer <token>)", err=True)
+
+    def make_front():
+        async def front(client) -> int:
+            click.echo(f"omnigent server listening on {client.base_url} with {runners} runner(s)")
+            sys.stdout.flush()
+            await trio.sleep_forever()
+
+        return front
+
+    try:
+        code = trio.run(partial(run_tree, runners=runners, tuning=tuning, bind=(host, port), token=token,
+                                require_client_token=public), default_db_path(), make_front)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # the address is taken or not ours
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sys.exit(0 if code in (130, 143) else code)  # asked to stop: a clean exit
+
+
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=0, type=int, help="0 picks a free port.")
 def mock_llm(host: str, port: int) -> None:

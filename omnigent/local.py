@@ -28,6 +28,7 @@ from .tuning import Tuning
 if TYPE_CHECKING:
     from .client import OmnigentClient
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
@@ -40,6 +41,9 @@ async def run_tree(
     handle_sigint: bool = True,
     policy: RestartPolicy = DEFAULT_POLICY,
     tuning: Tuning = Tuning(),
+    bind: tuple[str, int] = ("127.0.0.1", 0),
+    token: str | None = None,
+    require_client_token: bool = False,
 ) -> int:
     """Run a front end against a fresh in-process server and runner pool; returns the exit code.
 
@@ -48,9 +52,9 @@ async def run_tree(
     """
     from .server.sockets import bind_socket, url_of
 
-    sock = bind_socket()
+    sock = bind_socket(*bind)
     url = url_of(sock)
-    token = secrets.token_urlsafe(32)
+    token = token or secrets.token_urlsafe(32)
     server_end, host_end = memory_link()
     open_log("host")
     prune(logs_dir() / "runner")
@@ -71,8 +75,9 @@ async def run_tree(
                     host_done.set()
 
             nursery.start_soon(run_host)
-            with trio.move_on_after(2):  # the runner imports openai while the server imports quart
-                await host.first_launch.wait()
+            if runners:
+                with trio.move_on_after(2):  # the runner imports openai while the server imports quart
+                    await host.first_launch.wait()
             from .client import OmnigentClient
             from .server.serve import run_server
             from .store import Store
@@ -82,7 +87,8 @@ async def run_tree(
             server = await nursery.start(lambda task_status: run_server(
                 store, sock, token=token, host_links=[server_end], runner_wait=tuning.runner_wait,
                 max_attempts=tuning.turn_attempts, ping_interval=tuning.ping_interval,
-                ping_allowance=tuning.ping_allowance, task_status=task_status))
+                ping_allowance=tuning.ping_allowance, loopback_only=bind[0] in LOOPBACK,
+                require_client_token=require_client_token, task_status=task_status))
             front_scope = trio.CancelScope()
 
             async def on_signals() -> None:
@@ -97,7 +103,7 @@ async def run_tree(
             nursery.start_soon(on_signals)
             try:
                 with front_scope:
-                    async with OmnigentClient(url) as client:
+                    async with OmnigentClient(url, token=token) as client:
                         code = await front(client)
                         exit_code = exit_code or code
             finally:
