@@ -22,7 +22,7 @@ from supervisor import RestartPolicy
 from .host import Host
 from .host.pool import DEFAULT_POLICY
 from .link import memory_link
-from .logs import logs_dir, open_log, prune
+from .logs import close_log, logs_dir, open_log, prune
 from .tuning import Tuning
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ async def run_tree(
     url = url_of(sock)
     token = token or secrets.token_urlsafe(32)
     server_end, host_end = memory_link()
-    open_log("host")
+    log_handler = open_log("host")
     prune(logs_dir() / "runner")
     host = Host(url, token, host_end, log_dir=logs_dir(), workspace=workspace or os.getcwd(),
                 runners=runners, policy=policy)
@@ -116,4 +116,5 @@ async def run_tree(
     finally:
         if store is not None:
             store.close()
+        close_log(log_handler)
     return exit_code

@@ -19,8 +19,10 @@ def logs_dir() -> Path:
     return Path(os.environ.get("HOME") or Path.home()) / ".omnigent" / "logs"
 
 
-def open_log(kind: str) -> Path:
-    """Route this process's logging to a fresh file logs/<kind>/<kind>-<time>-<pid>.log."""
+def open_log(kind: str) -> logging.Handler:
+    """Route this process's logging to a fresh file logs/<kind>/<kind>-<time>-<pid>.log.
+
+    Returns the handler: whoever opened it removes it (see `close_log`)."""
     folder = logs_dir() / kind
     folder.mkdir(parents=True, exist_ok=True)
     prune(folder)
@@ -30,7 +32,12 @@ def open_log(kind: str) -> Path:
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)
-    return path
+    return handler
+
+
+def close_log(handler: logging.Handler) -> None:
+    logging.getLogger().removeHandler(handler)
+    handler.close()
 
 
 def prune(folder: Path) -> None:

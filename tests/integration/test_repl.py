@@ -96,10 +96,7 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_llm_server_url: s
         return await run_tree(db_path, lambda: front)
 
     yield run, options, model, db_path
-    for handler in logging.getLogger().handlers:
-        if handler not in handlers:  # run_tree logs to a file under HOME: close it
-            logging.getLogger().removeHandler(handler)
-            handler.close()
+    assert logging.getLogger().handlers == handlers  # run_tree closed the log file it opened
 
 
 def _repl(client: OmnigentClient, options: FrontOptions, session_id: str | None,
