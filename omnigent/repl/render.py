@@ -98,6 +98,10 @@ def session_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n  /switch <#> or <id> to resume\n"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def age(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
@@ -108,7 +112,7 @@ def age(seconds: float) -> str:
 def picker_list(rows: list[dict[str, Any]], now: float) -> str:
     """Numbered recent conversations: title, age, size, id."""
     table = [(f"{n}.", _clip(r.get("title") or "(untitled)", 40),
-              age(now - (r.get("updated_at") or now)), f"{r.get('item_count', 0)} items", r["id"])
+              age(now - (r.get("updated_at") or now)), _count(r.get("message_count", 0), "message"), r["id"])
              for n, r in enumerate(rows, 1)]
     widths = [max(len(row[c]) for row in table) for c in range(5)]
     return "".join("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n"

@@ -353,6 +353,7 @@ def create_app(state: ServerState) -> QuartTrio:
             "agent_name": conv.get("agent_name"), "status": state.turns.status(conv["id"]),
             "created_at": conv["created_at"], "updated_at": conv["updated_at"],
             "title": conv.get("title") or "", "item_count": conv.get("item_count") or 0,
+            "message_count": conv.get("message_count") or 0,
             "labels": {}, "runner_id": rid,
             "runner_online": bool(rid and rid in state.registry.online),
             "reasoning_effort": conv.get("reasoning_effort"), "workspace": conv.get("workspace"),

@@ -78,7 +78,9 @@ def _content_text(content: Any) -> str:
 _CONVERSATION_SELECT = """
     SELECT c.id, c.kind, c.created_at, c.updated_at, c.title, c.agent_id,
            a.name AS agent_name, c.runner_id, c.reasoning_effort,
-           c.model_override, c.workspace, c.next_position AS item_count
+           c.model_override, c.workspace, c.next_position AS item_count,
+           (SELECT COUNT(*) FROM conversation_items i
+             WHERE i.conversation_id = c.id AND i.type = 'message') AS message_count
     FROM conversations c LEFT JOIN agents a ON a.id = c.agent_id
 """
 
@@ -198,13 +200,7 @@ class Store:
         return self.get_conversation(conv_id)  # type: ignore[return-value]
 
     def get_conversation(self, conv_id: str) -> dict | None:
-        row = self._one(_CONVERSATION_SELECT + " WHERE c.id = ?", [conv_id])
-        if row is not None:
-            row["message_count"] = self._scalar(
-                "SELECT COUNT(*) FROM conversation_items WHERE conversation_id = ? AND type = 'message'",
-                [conv_id],
-            )
-        return row
+        return self._one(_CONVERSATION_SELECT + " WHERE c.id = ?", [conv_id])
 
     def _require_conversation(self, conv_id: str) -> None:
         if self._scalar("SELECT 1 FROM conversations WHERE id = ?", [conv_id]) is None:

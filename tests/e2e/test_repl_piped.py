@@ -85,7 +85,7 @@ def test_resume_without_an_id_and_without_a_terminal_lists_and_asks_for_an_id(
     [conv] = conversation_ids(home)
     picked = _run(omnigent_python, omnigent_repo_root, env, run_args(agent, "-r"), "1\n")
     assert picked.returncode == 1
-    assert f"  1.  plan the trip  just now  2 items  {conv}" in picked.stderr
+    assert f"  1.  plan the trip  just now  2 messages  {conv}" in picked.stderr
     assert "Error: " in picked.stderr and "--resume <id>" in picked.stderr
     assert conversation_ids(home) == [conv]
 

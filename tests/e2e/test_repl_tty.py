@@ -93,8 +93,8 @@ def test_the_picker_resumes_the_conversation_picked_by_number(
     conv_a, conv_b = conversation_ids(home)
     child = _spawn(omnigent_python, omnigent_repo_root, env, run_args(agent, "-r"))
     try:
-        child.expect(rf"1\.\s+remember {beta}\s+just now\s+2 items\s+{conv_b}")  # newest first
-        child.expect(rf"2\.\s+remember {alpha}\s+just now\s+2 items\s+{conv_a}")
+        child.expect(rf"1\.\s+remember {beta}\s+just now\s+2 messages\s+{conv_b}")  # newest first
+        child.expect(rf"2\.\s+remember {alpha}\s+just now\s+2 messages\s+{conv_a}")
         child.expect(re.escape("Resume which one? (number or id) "))
         child.send("9\r")
         child.expect("Type a number from 1 to 2, or a conversation id.")

@@ -63,8 +63,12 @@ def test_switch_table_lists_full_ids_newest_first_and_the_hint():
 def test_picker_list_and_ages():
     assert [age(s) for s in (5, 59, 60, 3599, 7200, 86400 * 3)] == [
         "just now", "just now", "1 min ago", "59 min ago", "2 h ago", "3 d ago"]
-    listing = picker_list([{"id": "conv_1", "title": "plan", "updated_at": 1000.0, "item_count": 4}], 1120.0)
-    assert listing.split() == ["1.", "plan", "2", "min", "ago", "4", "items", "conv_1"]
+    listing = picker_list([{"id": "conv_1", "title": "plan", "updated_at": 1000.0, "message_count": 4},
+                           {"id": "conv_2", "title": "", "updated_at": 1120.0, "message_count": 1}], 1120.0)
+    assert [line.split() for line in listing.splitlines()] == [
+        ["1.", "plan", "2", "min", "ago", "4", "messages", "conv_1"],
+        ["2.", "(untitled)", "just", "now", "1", "message", "conv_2"],
+    ]
 
 
 def _console(shown: list[str | None]) -> tuple[Console, io.StringIO, io.StringIO]:
