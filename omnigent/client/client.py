@@ -149,7 +149,11 @@ class OmnigentClient:
     # --- runners ------------------------------------------------------------
 
     async def list_runners(self) -> list[dict[str, Any]]:
-        return (await self._call("GET", "/v1/runners"))["data"]
+        return (await self.runner_pool())["data"]
+
+    async def runner_pool(self) -> dict[str, Any]:
+        """Online runners (`data`) and, if the host stopped replacing them, why (`gave_up`)."""
+        return await self._call("GET", "/v1/runners")
 
     async def runner_status(self, runner_id: str) -> dict[str, Any]:
         return await self._call("GET", f"/v1/runners/{runner_id}/status")

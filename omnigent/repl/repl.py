@@ -287,10 +287,12 @@ class Repl:
         runner_id = None
         with trio.move_on_after(BIND_WAIT):
             while True:
-                runners = await self.client.list_runners()
-                if runners:
-                    runner_id = runners[0]["runner_id"]
+                pool = await self.client.runner_pool()
+                if pool["data"]:
+                    runner_id = pool["data"][0]["runner_id"]
                     break
+                if pool.get("gave_up"):
+                    break  # none will come: the turn itself reports why
                 await trio.sleep(0.1)  # no event says "a runner came online"; it is quick
         if runner_id is None:
             return  # the server binds one when it dispatches the turn

@@ -315,7 +315,7 @@ def create_app(state: ServerState) -> QuartTrio:
         return {"object": "list", "data": [
             {"runner_id": c.runner_id, "online": True, "pid": c.pid, "harnesses": c.harnesses}
             for c in state.registry.online.values()
-        ]}
+        ], "gave_up": state.registry.gave_up}
 
     @app.get("/v1/runners/<runner_id>/status")
     async def runner_status(runner_id: str):

@@ -149,3 +149,21 @@ def test_tree_killed_mid_turn_then_resume_shows_interrupted_and_retry_runs_it(
         turns = [r[0] for r in db.execute("SELECT status FROM turns ORDER BY created_at")]
         answers = db.execute("SELECT count(*) FROM conversation_items WHERE role = 'assistant'").fetchone()
     assert turns == ["interrupted", "completed"] and answers == (1,)
+
+
+def test_repl_reports_runners_that_cannot_stay_up(mock_credentials_env, tmp_path):
+    import subprocess
+
+    home = tmp_path / "home"
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'ModuleNotFoundError: no module named trio' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    env = {**agent_env(mock_credentials_env, home), "OMNIGENT_RUNNER_PYTHON": str(broken)}
+    result = subprocess.run([sys.executable, *run_args(write_agent(tmp_path, new_model()))], env=env,
+                            input="are you there?\n", capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "Error: " in result.stderr and "Traceback" not in result.stderr
+    assert "exited with code 3" in result.stderr
+    assert "ModuleNotFoundError: no module named trio" in result.stderr  # the runner's log tail
+    with sqlite3.connect(home / ".omnigent" / "chat.db") as db:
+        assert db.execute("SELECT count(*) FROM conversation_items").fetchone() == (1,)  # kept
