@@ -232,6 +232,8 @@ class LiveRenderer:
             self._forget(turn_id)
         elif kind == ev.RUNNER_REBOUND:
             con.notice(rebound_notice(event))
+        elif kind == ev.RUNNERS_GAVE_UP:
+            con.error(f"runners cannot stay up: {event['reason']}")
         # runner lost: said once, with its replacement, by the rebound notice; if none comes
         # the turn fails with the reason
 

@@ -38,6 +38,10 @@ class EventHub:
             log = self._logs[session_id] = _Log(deque(maxlen=self._capacity))
         return log
 
+    def session_ids(self) -> list[str]:
+        """Sessions with a log in this server's life (created, resumed or followed)."""
+        return list(self._logs)
+
     def last_seq(self, session_id: str) -> int:
         return self._log(session_id).last_seq
 

@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 import protocol as p
+from protocol import events as ev
 
 from ..link import LinkEnd
 from ..store import Store
@@ -109,6 +110,8 @@ async def _consume_host(state: ServerState, link: LinkEnd) -> None:
                 state.registry.record_exit(frame.runner_id, frame.reason, error)
             if frame.gave_up:
                 state.registry.give_up(error)
+                for session_id in state.hub.session_ids():  # tell whoever watches, not just the next turn
+                    state.hub.publish(session_id, ev.RUNNERS_GAVE_UP, reason=error)
 
 
 def _pid_alive(pid: int) -> bool:

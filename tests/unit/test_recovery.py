@@ -166,10 +166,13 @@ async def test_crash_loop_gives_up_with_the_reason_and_messages_fail_fast(autoju
             assert not h.registry.online
 
             expected_message = f"runners cannot stay up: {reason}\n{tail}"
+            (gave_up,) = [s for s in h.watches[sid].seen if s.type == ev.RUNNERS_GAVE_UP]
+            assert gave_up.event["reason"] == f"{reason}\n{tail}"
             (failed,) = [s for s in h.watches[sid].seen if s.type == ev.FAILED]
             assert failed.event["error"] == {"code": "runner_unavailable", "message": expected_message}
             assert timeline(h.watches[sid].seen) == [
                 (0, ev.INPUT_CONSUMED),
+                (4.5, ev.RUNNERS_GAVE_UP),  # told at once, with the reason, to whoever watches
                 (4.5, ev.FAILED, "runner_unavailable"),
                 (4.5, ev.SESSION_STATUS, "failed"),
             ]
@@ -433,6 +436,7 @@ async def test_crash_mid_turn_then_crash_loop_fails_the_turn_with_the_reason(aut
                 (0, ev.SESSION_STATUS, "running"),
                 (0, ev.RESPONSE_CREATED, 1, first),
                 (1, ev.RUNNER_LOST, first, "killed by SIGKILL"),
+                (5.25, ev.RUNNERS_GAVE_UP),
                 (5.25, ev.FAILED, "runner_unavailable"),
                 (5.25, ev.SESSION_STATUS, "failed"),
             ]

@@ -134,10 +134,13 @@ def test_a_runner_incident_is_one_notice_line():
              "cause": "exited with code 3", "downtime": 1.5, "retrying": False})
     r.event({"type": ev.RUNNER_REBOUND, "old_runner_id": "runner_ef56ab", "new_runner_id": "runner_0000ab",
              "cause": "hung: no answer to pings for 4.0 s; killed by SIGKILL", "downtime": 4.0})
+    r.event({"type": ev.RUNNERS_GAVE_UP, "reason": "exited with code 3 before it was ready\nImportError: x"})
     assert err.getvalue().splitlines() == [
         "runner runner_ab12… died (SIGKILL); replaced by runner_cd34… in 0.18 s; retrying your turn",
         "runner runner_cd34… died (exit code 3); replaced by runner_ef56… in 1.50 s",
         "runner runner_ef56… died (hung: no answer to pings for 4.0 s); replaced by runner_0000… in 4.00 s",
+        "Error: runners cannot stay up: exited with code 3 before it was ready",
+        "ImportError: x",
     ]
 
 
