@@ -117,7 +117,8 @@ def server(host: str, port: int, runners: int, token: str | None) -> None:
 
     import trio
 
-    from .local import LOOPBACK, run_tree
+    from .local import run_tree
+    from .server.sockets import LOOPBACK
     from .store import StoreError, default_db_path
     from .tuning import tuning_from_env
 

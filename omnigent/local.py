@@ -28,7 +28,6 @@ from .tuning import Tuning
 if TYPE_CHECKING:
     from .client import OmnigentClient
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
@@ -50,7 +49,7 @@ async def run_tree(
     `make_front` is called only after the runner is launched, so the front
     end's imports (httpx, ...) overlap the runner's start-up too.
     """
-    from .server.sockets import bind_socket, url_of
+    from .server.sockets import LOOPBACK, bind_socket, url_of
 
     sock = bind_socket(*bind)
     url = url_of(sock)

@@ -21,12 +21,12 @@ from protocol import events as ev
 from ..agents import SpecError, spec_from_bundle
 from .errors import ApiError, invalid, not_found
 from .runner_link import serve_runner
+from .sockets import LOOPBACK
 from .state import ServerState
 
 log = logging.getLogger("omnigent.server")
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 TRUSTED_ORIGINS = {"omnigent://internal"}
 MAX_BODY = 32 * 1024 * 1024
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import socket
 
+# names and addresses of this machine only, as bound, in a URL or in a Host header
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
