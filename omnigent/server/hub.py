@@ -68,9 +68,12 @@ class EventHub:
         cursor = log.last_seq if after is None else after
         while not self._closed.is_set():
             changed = log.changed
-            for event in list(log.entries):
-                if event["sequence_number"] > cursor:
-                    cursor = event["sequence_number"]
-                    yield event
-            if cursor >= log.last_seq:
-                await changed.wait()
+            while cursor < log.last_seq:
+                # sequence numbers are contiguous: index straight to the next one
+                # (cheap near the live tail; evicted ones are skipped)
+                first = log.last_seq - len(log.entries) + 1
+                cursor = max(cursor, first - 1)
+                event = log.entries[cursor - first + 1]
+                cursor = event["sequence_number"]
+                yield event
+            await changed.wait()

@@ -1,0 +1,48 @@
+"""The per-session event log: replay from a sequence number, eviction, live tail, close."""
+
+import trio
+
+from omnigent.server.hub import EventHub
+
+
+async def test_replay_skips_evicted_events_then_follows_live():
+    hub = EventHub(capacity=3)
+    for n in range(5):
+        hub.publish("s", "response.output_text.delta", turn_id="t", delta=str(n))
+    seen: list[int] = []
+
+    async def follow(after):
+        async for event in hub.follow("s", after):
+            seen.append(event["sequence_number"])
+
+    async with trio.open_nursery() as n:
+        n.start_soon(follow, 0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen == [3, 4, 5]  # 1 and 2 fell out of the bounded log
+        hub.publish("s", "session.heartbeat")
+        hub.publish("other", "session.heartbeat")  # another session's log is not this one's
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen == [3, 4, 5, 6]
+        hub.close()
+    assert hub.last_seq("s") == 6 and hub.last_seq("other") == 1
+
+
+async def test_follow_without_after_is_live_only_and_from_the_middle_resumes():
+    hub = EventHub()
+    hub.publish("s", "session.heartbeat")
+    hub.publish("s", "session.heartbeat")
+    live: list[int] = []
+    middle: list[int] = []
+
+    async def follow(after, into):
+        async for event in hub.follow("s", after):
+            into.append(event["sequence_number"])
+
+    async with trio.open_nursery() as n:
+        n.start_soon(follow, None, live)
+        n.start_soon(follow, 1, middle)
+        await trio.testing.wait_all_tasks_blocked()
+        hub.publish("s", "session.heartbeat")
+        await trio.testing.wait_all_tasks_blocked()
+        hub.close()
+    assert live == [3] and middle == [2, 3]
