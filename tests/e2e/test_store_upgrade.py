@@ -1,0 +1,70 @@
+"""A store written by the previous release opens, upgrades and resumes through the CLI.
+
+`tests/resources/stores/chat-0.1.0.db` was made by release 0.1.0 (see the script beside it)
+and is never regenerated: every later migration must upgrade it without losing a thing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from omnigent.store.db import MIGRATIONS
+from tests.conftest import REPO_ROOT, configure_mock_llm, mock_requests
+
+OLD_STORE = REPO_ROOT / "tests" / "resources" / "stores" / "chat-0.1.0.db"
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    home = tmp_path / "home"
+    (home / ".omnigent").mkdir(parents=True)
+    shutil.copy(OLD_STORE, home / ".omnigent" / "chat.db")
+    return home
+
+
+def _rows(db: Path, sql: str, params=()) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+@pytest.mark.parametrize("agent_name,harness", [("legacy-agents", "openai-agents"), ("legacy-chat", "openai-chat")])
+def test_old_store_upgrades_and_resumes(home, tmp_path, mock_credentials_env, mock_llm_server_url,
+                                        agent_name, harness):
+    db = home / ".omnigent" / "chat.db"
+    before = _rows(db, "SELECT id, title FROM conversations ORDER BY id")
+    items_before = _rows(db, "SELECT conversation_id, id, data FROM conversation_items ORDER BY conversation_id, position")
+    conv_id = _rows(db, """SELECT c.id FROM conversations c JOIN agents a ON a.id = c.agent_id
+                           WHERE a.name = ? ORDER BY c.created_at LIMIT 1""", [agent_name])[0][0]
+    model = f"upgrade-{uuid.uuid4().hex[:8]}"
+    configure_mock_llm(mock_llm_server_url, [{"text": "resumed fine"}], key=model)
+    spec = tmp_path / "agent.yaml"
+    spec.write_text(f"name: {agent_name}\nprompt: Reply briefly.\nexecutor:\n  harness: {harness}\n  model: {model}\n")
+    env = {**mock_credentials_env, "HOME": str(home)}
+    result = subprocess.run([sys.executable, "-m", "omnigent", "run", str(spec), "--resume", conv_id,
+                             "-p", "one more question"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "resumed fine\n"
+
+    # the model saw the old conversation, in order, then the new question
+    [call] = mock_requests(mock_llm_server_url, key=model)
+    sent = str(call.get("input") or call.get("messages"))
+    first_q, first_a, second_q = "legacy question 0.0", "legacy answer 0.0", "legacy question 0.1"
+    if agent_name == "legacy-chat":
+        first_q, first_a, second_q = "legacy question 1.0", "legacy answer 1.0", "legacy question 1.1"
+    assert sent.index(first_q) < sent.index(first_a) < sent.index(second_q) < sent.index("one more question")
+
+    # every migration applied, nothing lost, the file sound
+    applied = {name for (name,) in _rows(db, "SELECT name FROM migrations")}
+    assert applied == {m.name for m in MIGRATIONS}
+    assert _rows(db, "PRAGMA integrity_check") == [("ok",)]
+    assert _rows(db, "SELECT id, title FROM conversations ORDER BY id") == before
+    kept = _rows(db, "SELECT conversation_id, id, data FROM conversation_items ORDER BY conversation_id, position")
+    assert [row for row in kept if row[0] != conv_id] == [row for row in items_before if row[0] != conv_id]
+    assert len([row for row in kept if row[0] == conv_id]) == 4 + 2
