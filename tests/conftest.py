@@ -77,3 +77,11 @@ def mock_credentials_env(mock_llm_server_url: str, tmp_path_factory: pytest.Temp
     env["OMNIGENT_CONFIG_HOME"] = str(config_home)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     return env
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """trio_mode marks every async test `trio`; one marked `asyncio` belongs to pytest-asyncio."""
+    for item in items:
+        if item.get_closest_marker("asyncio") is not None:
+            item.own_markers[:] = [m for m in item.own_markers if m.name != "trio"]

@@ -1,5 +1,49 @@
-"""The async client every front end (CLI, REPL, tests) uses to talk to a server."""
+"""The async client of an omnigent server: the public SDK (`omnigent_client`) and the CLI's client.
 
-from .client import OmnigentClient, OmnigentError, TurnResult, message_text
+A small public surface over private modules: `OmnigentClient` and its
+namespaces, `SessionsChat`, the typed resources and events, and the errors.
+"""
 
-__all__ = ["OmnigentClient", "OmnigentError", "TurnResult", "message_text"]
+from ._chat import SessionsChat
+from ._errors import (
+    APIStatusError,
+    AuthenticationError,
+    ConflictError,
+    ConnectionError,
+    InvalidInputError,
+    NotFoundError,
+    OmnigentError,
+    ProtocolError,
+    ServerError,
+    TurnFailedError,
+)
+from ._events import (
+    Event,
+    Heartbeat,
+    InputConsumed,
+    ItemDone,
+    ResponseCancelled,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseFailed,
+    RunnerLost,
+    RunnerRebound,
+    SessionStatus,
+    TextDelta,
+    message_text,
+)
+from ._files import FilesNamespace, SessionFiles
+from ._sessions import SessionsNamespace
+from ._stream import SessionStream
+from ._types import File, QueryResult, Session, SessionListItem
+from .client import OmnigentClient, RunnersNamespace, TurnResult
+
+__all__ = [
+    "APIStatusError", "AuthenticationError", "ConflictError", "ConnectionError", "Event", "File",
+    "FilesNamespace", "Heartbeat", "InputConsumed", "InvalidInputError", "ItemDone", "NotFoundError",
+    "OmnigentClient", "OmnigentError", "ProtocolError", "QueryResult", "ResponseCancelled",
+    "ResponseCompleted", "ResponseCreated", "ResponseFailed", "RunnerLost", "RunnerRebound",
+    "RunnersNamespace", "ServerError", "Session", "SessionFiles", "SessionListItem", "SessionStatus",
+    "SessionStream", "SessionsChat", "SessionsNamespace", "TextDelta", "TurnFailedError", "TurnResult",
+    "message_text",
+]

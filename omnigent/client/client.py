@@ -1,62 +1,69 @@
-"""HTTP (httpx) and websocket (trio-websocket) access to an omnigent server.
+"""`OmnigentClient`: the one client of an omnigent server, for the SDK and the CLI alike.
 
 It knows the API's shapes and nothing of the server's insides, so the REPL
 works the same against the in-process server of `omnigent run` and against a
-remote `omnigent server`.
+remote `omnigent server`. It runs on httpx and anyio: under trio (the CLI)
+and under asyncio (SDK users) alike, and importing it loads no server code.
+
+The SDK surface is the namespaces (`sessions`, `files`, `runners`), which
+return typed resources. The flat methods below them (`create_session`,
+`get_session`, `run_turn`, `events`, ...) are the dict-level calls the CLI and
+the REPL make; each is a thin layer over the same transport and streams.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
 
 import httpx
-import trio
-from trio_websocket import ConnectionClosed, open_websocket_url
 
-from protocol import MAX_FRAME_BYTES, ProtocolError, decode_event
+from protocol import ProtocolError as _WireError
+from protocol import decode_event
 from protocol import events as ev
 
-
-class OmnigentError(Exception):
-    def __init__(self, message: str, status_code: int | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status_code = status_code
-        self.code = code
-
-
-@dataclass
-class TurnResult:
-    turn_id: str
-    status: str                     # completed | failed | cancelled
-    text: str = ""
-    error: dict[str, Any] | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
+from ._chat import SessionsChat, TurnText
+from ._errors import OmnigentError
+from ._events import message_text, parse_event
+from ._files import FilesNamespace
+from ._http import Transport
+from ._sessions import SessionsNamespace
 
 
-def message_text(item: dict[str, Any]) -> str:
-    """The visible text of a message item (input or output parts)."""
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(
-        part.get("text", "") for part in content or ()
-        if isinstance(part, dict) and part.get("type") in ("output_text", "input_text", "text")
-    )
+class RunnersNamespace:
+    """`client.runners`: which runners are online."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._t = transport
+
+    async def list(self) -> list[dict[str, Any]]:
+        return (await self.pool())["data"]
+
+    async def pool(self) -> dict[str, Any]:
+        """Online runners (`data`) and, if the host stopped replacing them, why (`gave_up`)."""
+        return await self._t.request("GET", "/v1/runners")
+
+    async def status(self, runner_id: str) -> dict[str, Any]:
+        return await self._t.request("GET", f"/v1/runners/{runner_id}/status")
 
 
 class OmnigentClient:
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._headers = {"Origin": "omnigent://internal"}
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, timeout=timeout)
+    """An async context manager; `aclose()` (or leaving the `async with`) closes its connections.
+
+    `headers` are sent on every request, `auth` is any httpx auth, `token` is
+    shorthand for `Authorization: Bearer <token>`; `timeout` bounds each
+    request (streams wait longer: see `SessionStream`).
+    """
+
+    def __init__(self, base_url: str, *, headers: dict[str, str] | None = None, auth: Any = None,
+                 timeout: float | httpx.Timeout | None = 30.0, token: str | None = None) -> None:
+        self._t = Transport(base_url, headers=headers, auth=auth, timeout=timeout, token=token)
+        self.base_url = self._t.base_url
+        self.sessions = SessionsNamespace(self._t)
+        self.files = FilesNamespace(self._t)
+        self.runners = RunnersNamespace(self._t)
 
     async def __aenter__(self) -> OmnigentClient:
         return self
@@ -65,164 +72,140 @@ class OmnigentClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            resp = await self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise OmnigentError(f"cannot reach the omnigent server at {self.base_url}: {exc}") from None
-        try:
-            body = resp.json()
-        except ValueError:
-            body = None
-        if resp.status_code >= 400:
-            err = (body or {}).get("error") if isinstance(body, dict) else None
-            err = err if isinstance(err, dict) else {}
-            raise OmnigentError(err.get("message") or f"{method} {path}: HTTP {resp.status_code}",
-                                resp.status_code, err.get("code"))
-        if body is None:
-            raise OmnigentError(f"{method} {path}: the server sent a non-JSON answer")
-        return body
-
-    # --- sessions -----------------------------------------------------------
+        await self._t.aclose()
 
     async def health(self) -> dict[str, Any]:
-        return await self._call("GET", "/health")
+        return await self._t.request("GET", "/health")
+
+    # --- the CLI's dict-level calls ----------------------------------------
 
     async def create_session(self, bundle: bytes, *, filename: str = "agent.tar.gz",
                              **metadata: Any) -> dict[str, Any]:
-        meta = {k: v for k, v in metadata.items() if v is not None}
-        created = await self._call("POST", "/v1/sessions", data={"metadata": json.dumps(meta)},
-                                   files={"bundle": (filename, bundle, "application/gzip")})
+        created = await self.sessions.create_raw(bundle, filename=filename, **metadata)
         return await self.get_session(created["session_id"])
 
     async def upload_agent(self, bundle: bytes, *, filename: str = "agent.tar.gz") -> dict[str, Any]:
         """Register or update (by name) the agent so resumed sessions run the current spec."""
-        return await self._call("POST", "/v1/agents", data={"metadata": "{}"},
-                                files={"bundle": (filename, bundle, "application/gzip")})
+        return await self._t.request("POST", "/v1/agents", data={"metadata": "{}"},
+                                     files={"bundle": (filename, bundle, "application/gzip")})
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
-        return await self._call("GET", f"/v1/sessions/{session_id}")
+        return (await self.sessions.get(session_id)).raw
 
     async def list_sessions(self, *, limit: int = 20, agent_name: str | None = None,
                             order: str = "desc", sort_by: str = "created_at") -> list[dict[str, Any]]:
-        params = {"limit": limit, "order": order, "sort_by": sort_by}
-        if agent_name is not None:
-            params["agent_name"] = agent_name
-        return (await self._call("GET", "/v1/sessions", params=params))["data"]
+        rows = await self.sessions.list(limit=limit, agent_name=agent_name, order=order, sort_by=sort_by)
+        return [row.raw for row in rows]
 
     async def patch_session(self, session_id: str, **fields: Any) -> dict[str, Any]:
-        return await self._call("PATCH", f"/v1/sessions/{session_id}", json=fields)
+        return (await self.sessions.update(session_id, **fields)).raw
 
     async def bind_runner(self, session_id: str, runner_id: str) -> dict[str, Any]:
         return await self.patch_session(session_id, runner_id=runner_id)
 
     async def post_message(self, session_id: str, text: str) -> dict[str, Any]:
-        event = {"type": "message", "data": {"role": "user",
-                                             "content": [{"type": "input_text", "text": text}]}}
-        return await self._call("POST", f"/v1/sessions/{session_id}/events", json=event)
+        return await self.sessions.send_message(session_id, text)
 
     async def interrupt(self, session_id: str) -> dict[str, Any]:
-        return await self._call("POST", f"/v1/sessions/{session_id}/events",
-                                json={"type": "interrupt", "data": {}})
+        return await self.sessions.interrupt(session_id)
 
     async def retry(self, session_id: str) -> dict[str, Any]:
-        return await self._call("POST", f"/v1/sessions/{session_id}/events", json={"type": "retry"})
+        return await self.sessions.post_event(session_id, {"type": "retry"})
 
     async def list_items(self, session_id: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        after = None
-        while True:
-            params: dict[str, Any] = {"limit": 1000}
-            if after:
-                params["after"] = after
-            page = await self._call("GET", f"/v1/sessions/{session_id}/items", params=params)
-            items.extend(page["data"])
-            if not page["has_more"]:
-                return items
-            after = page["last_id"]
+        return await self.sessions.all_items(session_id)
 
     async def list_turns(self, session_id: str) -> list[dict[str, Any]]:
-        return (await self._call("GET", f"/v1/sessions/{session_id}/turns"))["data"]
-
-    # --- runners ------------------------------------------------------------
+        return (await self._t.request("GET", f"/v1/sessions/{session_id}/turns"))["data"]
 
     async def list_runners(self) -> list[dict[str, Any]]:
-        return (await self.runner_pool())["data"]
+        return await self.runners.list()
 
     async def runner_pool(self) -> dict[str, Any]:
-        """Online runners (`data`) and, if the host stopped replacing them, why (`gave_up`)."""
-        return await self._call("GET", "/v1/runners")
+        return await self.runners.pool()
 
     async def runner_status(self, runner_id: str) -> dict[str, Any]:
-        return await self._call("GET", f"/v1/runners/{runner_id}/status")
-
-    # --- events -------------------------------------------------------------
+        return await self.runners.status(runner_id)
 
     @asynccontextmanager
     async def events(self, session_id: str, after: int | None = None) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
-        """A live event stream; the first event is a heartbeat carrying the current sequence number."""
-        ws_url = "ws" + self.base_url[4:] + f"/v1/sessions/{session_id}/ws"
-        if after is not None:
-            ws_url += "?" + urlencode({"after": after})
-        try:
-            async with open_websocket_url(ws_url, extra_headers=list(self._headers.items()),
-                                          connect_timeout=10, disconnect_timeout=2,
-                                          max_message_size=MAX_FRAME_BYTES) as ws:
-                async def stream() -> AsyncIterator[dict[str, Any]]:
-                    while True:
-                        try:
-                            raw = await ws.get_message()
-                        except ConnectionClosed:
-                            return
-                        try:
-                            yield decode_event(raw)
-                        except ProtocolError:
-                            continue  # a newer server's event this client does not know
-                yield stream()
-        except (OSError, trio.TooSlowError) as exc:
-            raise OmnigentError(f"cannot open the event stream of {session_id}: {exc}") from None
+        """One connection's events as dicts, the heartbeat first; it ends when the connection does.
+
+        Opening waits for the heartbeat, so a failure to subscribe (no such
+        session, server down) raises here, and a message posted afterwards
+        cannot be missed. Event types this client does not know are skipped.
+        The REPL reconnects by itself; SDK users want `sessions.stream`.
+        """
+        stream = self.sessions.stream(session_id, after, heartbeats=True, reconnect=False)
+        async with stream:
+            first = await stream.__anext__()
+
+            async def dicts() -> AsyncIterator[dict[str, Any]]:
+                yield first.data
+                async for event in stream:
+                    try:
+                        yield decode_event(event.data)
+                    except _WireError:
+                        continue  # a newer server's event the renderer does not know
+
+            yield dicts()
 
     async def run_turn(self, session_id: str, text: str, *,
                        on_event: Callable[[dict[str, Any]], None] | None = None) -> TurnResult:
         """Send a message and follow its turn to the end, reporting every event on the way."""
-        async with self.events(session_id) as stream:
-            await anext(stream)  # the heartbeat: we are subscribed before the message exists
-            posted = await self.post_message(session_id, text)
-            return await follow_turn(stream, posted["turn_id"], on_event)
+        chat = SessionsChat(namespace=self.sessions, session=session_id)
+        result = TurnResult(turn_id="", status="lost")
+        return await _collect(chat.send(text), result, on_event)
+
+
+@dataclass
+class TurnResult:
+    turn_id: str
+    status: str                     # completed | failed | cancelled | lost
+    text: str = ""
+    error: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def follow_turn(stream: AsyncIterator[dict[str, Any]], turn_id: str,
                       on_event: Callable[[dict[str, Any]], None] | None = None) -> TurnResult:
-    result = TurnResult(turn_id=turn_id, status="lost")
-    deltas: list[str] = []
-    items: list[str] = []
-    async for event in stream:
-        if event.get("turn_id") not in (turn_id, None):
+    """Follow one turn on a dict stream (from `events`) to its end."""
+
+    async def typed() -> AsyncIterator[Any]:
+        async for raw in stream:
+            event = parse_event(raw)
+            if event.turn_id not in (turn_id, None):
+                continue
+            yield event
+            if event.is_terminal:
+                return
+
+    return await _collect(typed(), TurnResult(turn_id=turn_id, status="lost"), on_event)
+
+
+async def _collect(events: AsyncIterator[Any], result: TurnResult,
+                   on_event: Callable[[dict[str, Any]], None] | None) -> TurnResult:
+    text = TurnText()
+    async for event in events:
+        if event.type == ev.HEARTBEAT:
             continue
-        result.events.append(event)
+        result.turn_id = event.turn_id or result.turn_id
+        result.events.append(event.data)
         if on_event is not None:
-            on_event(event)
-        kind = event["type"]
-        if kind == ev.RESPONSE_CREATED:
-            deltas.clear()  # a retried attempt starts the answer over
-            items.clear()
-        elif kind == ev.TEXT_DELTA:
-            deltas.append(event["delta"])
-        elif kind == ev.ITEM_DONE and event["item"].get("type") == "message":
-            items.append(message_text(event["item"]))
-        elif kind == ev.COMPLETED:
-            output = event["response"].get("output") or []
-            result.status = "completed"
-            result.text = "".join(deltas) or "".join(items) or "".join(
-                message_text(i) for i in output if i.get("type") == "message")
+            on_event(event.data)
+        text.add(event)
+        if event.type == ev.COMPLETED:
+            result.status, result.text = "completed", text.text
             return result
-        elif kind == ev.FAILED:
-            result.status, result.error = "failed", event["error"]
+        if event.type == ev.FAILED:
+            result.status, result.error = "failed", event.data.get("error")
             return result
-        elif kind == ev.CANCELLED:
+        if event.type == ev.CANCELLED:
             result.status = "cancelled"
             return result
     result.error = {"code": "stream_closed", "message": "the server closed the event stream mid-turn"}
     return result
+
+
+__all__ = ["OmnigentClient", "OmnigentError", "RunnersNamespace", "TurnResult", "follow_turn",
+           "message_text"]

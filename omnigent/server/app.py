@@ -19,6 +19,7 @@ import protocol as p
 from protocol import events as ev
 
 from ..agents import SpecError, spec_from_bundle
+from . import files
 from .errors import ApiError, invalid, not_found
 from .runner_link import serve_runner
 from .sockets import LOOPBACK
@@ -197,7 +198,7 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.post("/v1/sessions/<session_id>/events")
     async def post_event(session_id: str):
-        _conv(session_id)
+        conv = _conv(session_id)
         body = await _json_body()
         kind = body.get("type")
         if kind == "interrupt":
@@ -209,6 +210,7 @@ def create_app(state: ServerState) -> QuartTrio:
         data = body.get("data")
         if not isinstance(data, dict) or data.get("role", "user") != "user":
             raise invalid("'data' must be a user message object")
+        files.reject_attachments(data.get("content"), store, conv)
         content = _content(data.get("content"))
         item = store.append_item(session_id, {"type": "message", "role": "user", "content": content})
         turn = store.create_turn(session_id, item["id"])
@@ -249,9 +251,12 @@ def create_app(state: ServerState) -> QuartTrio:
     async def sse(session_id: str):
         _conv(session_id)
         after = _after_arg()
+        now = state.hub.last_seq(session_id)
+        if after is None:  # live only: from the heartbeat's number, so a message posted on it is seen
+            after = now
 
         async def body():
-            yield _sse({"type": ev.HEARTBEAT, "sequence_number": state.hub.last_seq(session_id)})
+            yield _sse({"type": ev.HEARTBEAT, "sequence_number": now})
             send, recv = trio.open_memory_channel[dict[str, Any]](0)
             async with trio.open_nursery() as n:
                 async def pump():
@@ -400,6 +405,7 @@ def create_app(state: ServerState) -> QuartTrio:
                 raise invalid("message content parts must be {'type': 'input_text', 'text': str}")
         return content
 
+    files.register(app, state)
     return app
 
 

@@ -1,0 +1,60 @@
+"""The one HTTP transport under every namespace: httpx, JSON in and out, typed errors.
+
+httpx runs on anyio, so the SDK works under trio and under asyncio alike.
+Every call goes through `request`, which turns transport failures into
+`ConnectionError`, error statuses into the typed `APIStatusError`s and a
+non-JSON success body into `ProtocolError`, so no httpx exception reaches
+a caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ._errors import ProtocolError, connection_error, error_for_status
+
+ORIGIN = "omnigent://internal"  # the server's CSRF guard trusts this sentinel
+
+
+class Transport:
+    def __init__(self, base_url: str, *, headers: dict[str, str] | None, auth: Any,
+                 timeout: float | httpx.Timeout | None, token: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        merged = {"Origin": ORIGIN}
+        if token:
+            merged["Authorization"] = f"Bearer {token}"
+        merged.update(headers or {})
+        self.http = httpx.AsyncClient(base_url=self.base_url, headers=merged, auth=auth,
+                                      timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The JSON body of a successful answer; raises the typed error otherwise."""
+        resp = await self.send(method, path, **kwargs)
+        try:
+            return resp.json()
+        except ValueError:
+            raise ProtocolError(f"{method} {path}: the server sent a non-JSON answer "
+                                f"({resp.headers.get('content-type') or 'no content type'})",
+                                resp.status_code) from None
+
+    async def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The raw successful answer (for bodies that are not JSON)."""
+        try:
+            resp = await self.http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise connection_error(exc, self.base_url) from None
+        if resp.status_code >= 400:
+            raise error_for_status(resp.status_code, _json_or_none(resp), f"{method} {path}")
+        return resp
+
+
+def _json_or_none(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return None
