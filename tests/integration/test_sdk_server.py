@@ -1,0 +1,169 @@
+"""The SDK against a real `omnigent server --runners 1` with the mock LLM, under trio and asyncio.
+
+The same flow runs twice: once as a trio test (pytest-trio's trio_mode) and
+once as an `@pytest.mark.asyncio` test (pytest-asyncio), as seed test 4 does.
+A TCP proxy that cuts connections mid-turn shows the stream resumes from its
+last sequence number with nothing missed and nothing doubled.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+import sniffio
+
+from omnigent.agents import bundle_bytes
+from omnigent_client import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    OmnigentClient,
+    SessionsChat,
+    TextDelta,
+)
+from tests.conftest import configure_mock_llm
+from tests.support.tcp_proxy import Proxy
+
+MODEL = "sdk-model"
+
+
+@pytest.fixture(scope="module")
+def sdk_server(mock_credentials_env, tmp_path_factory) -> Iterator[str]:
+    home = tmp_path_factory.mktemp("sdk-home")
+    env = {**mock_credentials_env, "HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "listening on " in line, line
+        yield line.split("listening on ")[1].split()[0]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def bundle(tmp_path) -> bytes:
+    path = tmp_path / "sdk_agent.yaml"
+    path.write_text(f"name: sdk_agent\nprompt: Reply with the marker.\nexecutor:\n  model: {MODEL}\n")
+    return bundle_bytes(path)
+
+
+class _RecordingAuth(httpx.Auth):
+    """Notes which async library runs each request the SDK sends."""
+
+    def __init__(self) -> None:
+        self.libraries: set[str] = set()
+
+    async def async_auth_flow(self, request):
+        self.libraries.add(sniffio.current_async_library())
+        yield request
+
+
+async def _online_runner(client: OmnigentClient) -> str:
+    with anyio.fail_after(30):
+        while not (runners := await client.runners.list()):
+            await anyio.sleep(0.1)  # no event says "a runner came online"
+    return runners[0]["runner_id"]
+
+
+async def _flow(url: str, mock_url: str, bundle: bytes, tmp_path: Path) -> set[str]:
+    """Seed test 4's steps, plus files and typed errors; returns the async libraries seen."""
+    auth = _RecordingAuth()
+    configure_mock_llm(mock_url, [{"text": "SDK_MARKER_OK"}], key=MODEL)
+    async with OmnigentClient(base_url=url, auth=auth) as client:
+        created = await client.sessions.create(bundle, reasoning_effort="high", title="sdk")
+        assert (created.reasoning_effort, created.title, created.agent_name) == ("high", "sdk", "sdk_agent")
+        bound = await client.sessions.bind_runner(created.id, runner_id=await _online_runner(client))
+        assert bound.runner_id and bound.runner_online
+        session_files = client.files.for_session(bound.id)
+        chat = SessionsChat(namespace=client.sessions, files_uploader=session_files.upload,
+                            files_getter=session_files.get, session=bound)
+        with anyio.fail_after(60):
+            result = await chat.query("respond with the configured marker")
+        assert "SDK_MARKER_OK" in result.text and result.status == "completed"
+        assert (await client.sessions.get(created.id)).reasoning_effort == "high"
+        items = await client.sessions.list_items(created.id)
+        assert [i["role"] for i in items] == ["user", "assistant"]
+        assert created.id in [s.id for s in await client.sessions.list(agent_name="sdk_agent")]
+
+        # files: stored and listed, but a message may not reference one (it would not reach the model)
+        note = tmp_path / "notes.txt"
+        note.write_text("hello file")
+        uploaded = await session_files.upload(note)
+        assert (uploaded.filename, uploaded.bytes, uploaded.content_type) == ("notes.txt", 10, "text/plain")
+        assert await session_files.get(uploaded.id) == uploaded
+        assert [f.id for f in await session_files.list()] == [uploaded.id]
+        assert await session_files.get_content(uploaded.id) == b"hello file"
+        with pytest.raises(InvalidInputError, match="not supported by harness"):
+            await chat.query("read the file", files=[str(note)])
+        with pytest.raises(NotFoundError):
+            await session_files.get("file_nope")
+
+        # typed errors from the real server
+        with pytest.raises(NotFoundError) as missing:
+            await client.sessions.get("conv_does_not_exist")
+        assert missing.value.status_code == 404 and missing.value.code == "not_found"
+        with pytest.raises(InvalidInputError):
+            await client.sessions.create(bundle, reasoning_effort="enormous")
+        with pytest.raises(InvalidInputError, match="not registered"):
+            await client.sessions.bind_runner(created.id, runner_id="runner_nobody")
+        with pytest.raises(ConflictError):
+            await client.sessions.post_event(created.id, {"type": "retry"})
+        assert (await client.sessions.unbind_runner(created.id)).runner_id is None
+    return auth.libraries
+
+
+@pytest.mark.asyncio
+async def test_sdk_under_asyncio(sdk_server, mock_llm_server_url, bundle, tmp_path):
+    assert sniffio.current_async_library() == "asyncio"
+    assert await _flow(sdk_server, mock_llm_server_url, bundle, tmp_path) == {"asyncio"}
+
+
+async def test_sdk_under_trio(sdk_server, mock_llm_server_url, bundle, tmp_path):
+    assert await _flow(sdk_server, mock_llm_server_url, bundle, tmp_path) == {"trio"}
+
+
+async def test_stream_resumes_across_dropped_connections_mid_turn(sdk_server, mock_llm_server_url, bundle):
+    words = [f"w{i}" for i in range(60)]
+    configure_mock_llm(mock_llm_server_url, [{"text": " ".join(words), "stream": True}], key=MODEL)
+    upstream = int(sdk_server.rsplit(":", 1)[1])
+    async with anyio.create_task_group() as tg:
+        proxy = await tg.start(Proxy(upstream).run)
+        async with OmnigentClient(sdk_server) as direct, OmnigentClient(proxy.url) as watched:
+            session = await direct.sessions.create(bundle)
+            await direct.sessions.bind_runner(session.id, runner_id=await _online_runner(direct))
+            start = session.last_sequence_number
+            stream = watched.sessions.stream(session.id, after=start)
+            await direct.sessions.send_message(session.id, "go")  # before subscribing: replayed
+            seqs, deltas, drops = [], [], 0
+            async with stream:
+                with anyio.fail_after(60):
+                    async for event in stream:
+                        seqs.append(event.sequence_number)
+                        if isinstance(event, TextDelta):
+                            deltas.append(event.delta)
+                            if len(deltas) % 15 == 5:  # cut the connection mid-answer, three times
+                                proxy.drop_all()
+                                drops += 1
+                        if event.type == "response.completed":
+                            break
+                    else:
+                        raise AssertionError("stream ended")
+            tg.cancel_scope.cancel()
+    # a replay after a reconnect may arrive in one read, so later cuts can land after the fact
+    assert drops >= 1 and stream.reconnects >= 1 and proxy.connections >= 2
+    assert seqs == list(range(start + 1, start + 1 + len(seqs)))  # no gap, no duplicate
+    assert "".join(deltas).split() == words
