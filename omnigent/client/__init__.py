@@ -29,6 +29,7 @@ from ._events import (
     RunnerLost,
     RunnerRebound,
     SessionStatus,
+    StreamReset,
     TextDelta,
     message_text,
 )
@@ -44,6 +45,6 @@ __all__ = [
     "OmnigentClient", "OmnigentError", "ProtocolError", "QueryResult", "ResponseCancelled",
     "ResponseCompleted", "ResponseCreated", "ResponseFailed", "RunnerLost", "RunnerRebound",
     "RunnersNamespace", "ServerError", "Session", "SessionFiles", "SessionListItem", "SessionStatus",
-    "SessionStream", "SessionsChat", "SessionsNamespace", "TextDelta", "TurnFailedError", "TurnResult",
+    "SessionStream", "SessionsChat", "StreamReset", "SessionsNamespace", "TextDelta", "TurnFailedError", "TurnResult",
     "message_text",
 ]

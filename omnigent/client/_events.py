@@ -108,6 +108,23 @@ class RunnerRebound(Event):
         return self.data["new_runner_id"]
 
 
+class StreamReset(Event):
+    """Made by the client, not sent by the server: the server's log restarted below our cursor.
+
+    A server whose event log does not survive a restart numbers its events
+    from 1 again; the stream notices (the greeting heartbeat is below the last
+    number it yielded), yields this once, and goes on from the new numbers.
+    Events published between the drop and the reconnect may be lost: re-read
+    the session (`sessions.get`, `list_items`) if you keep state.
+    """
+
+    TYPE = "client.stream_reset"
+
+    @property
+    def previous(self) -> int:
+        return self.data["previous"]
+
+
 # type -> (class, fields that must be present with these types for the class to apply)
 _KNOWN: dict[str, tuple[type[Event], dict[str, type]]] = {
     HEARTBEAT: (Heartbeat, {}),

@@ -7,6 +7,10 @@ last event it yielded and, when the connection drops or the server goes away
 backoff from exactly there. Events at or below that number are dropped, so
 across any number of reconnects a caller sees every event once, in order.
 
+If the server's greeting heartbeat on a reconnect carries a number below the
+cursor, its log did not survive a restart: the stream yields one
+`StreamReset` and continues from the server's numbering (see `StreamReset`).
+
 Heartbeats (`session.heartbeat`, every 15 s from the server) are consumed
 here: they prove the connection alive and reset the backoff, and when the
 stream was opened live-only (`after=None`) the first one's sequence number
@@ -32,7 +36,7 @@ import anyio
 import httpx
 
 from ._errors import ConnectionError, ProtocolError, ServerError, connection_error, error_for_status
-from ._events import Event, Heartbeat, parse_event
+from ._events import Event, Heartbeat, StreamReset, parse_event
 from ._http import Transport, _json_or_none
 from ._sse import DONE, iter_sse
 
@@ -41,6 +45,10 @@ log = logging.getLogger("omnigent_client.stream")
 BACKOFF_FIRST = 0.1   # seconds before the first reconnect
 BACKOFF_CAP = 5.0     # the longest wait between attempts
 READ_TIMEOUT = 60.0   # silence that counts as a dead connection (the server beats every 15 s)
+
+
+class _ReconnectNow(Exception):
+    """Reopen from the (new) cursor at once."""
 
 
 class SessionStream:
@@ -80,10 +88,14 @@ class SessionStream:
         failures = 0
         while True:
             try:
-                async for event in self._connection():
-                    failures = 0  # the connection works: the next drop starts the backoff over
-                    if self._heartbeats or not isinstance(event, Heartbeat):
-                        yield event
+                try:
+                    async for event in self._connection():
+                        failures = 0  # the connection works: the next drop starts the backoff over
+                        if self._heartbeats or not isinstance(event, Heartbeat):
+                            yield event
+                except _ReconnectNow:
+                    self.reconnects += 1
+                    continue
                 reason: str = "the server ended the stream"
             except (ConnectionError, ServerError, ProtocolError) as exc:
                 if not self._reconnect:
@@ -119,6 +131,7 @@ class SessionStream:
                     if resp.status_code in (408, 429):
                         raise ServerError(err.message, err.status_code, err.code)
                     raise err
+                greeting = True  # the first heartbeat carries the server's newest sequence number
                 async for sse in iter_sse(resp.aiter_lines()):
                     if sse.data == DONE:
                         return
@@ -130,10 +143,19 @@ class SessionStream:
                         continue
                     event = parse_event(data, event_type=sse.event, event_id=sse.id)
                     if isinstance(event, Heartbeat):
-                        if self.cursor is None and event.sequence_number is not None:
-                            self.cursor = event.sequence_number
+                        hb = event.sequence_number
+                        if self.cursor is None and hb is not None:
+                            self.cursor = hb
+                        elif greeting and hb is not None and hb < self.cursor:
+                            reset = StreamReset(StreamReset.TYPE, {"type": StreamReset.TYPE, "previous":
+                                                                   self.cursor, "sequence_number": hb}, hb)
+                            self.cursor = hb
+                            yield reset
+                            raise _ReconnectNow  # this connection started at the old cursor
+                        greeting = False
                         yield event
                         continue
+                    greeting = False
                     seq = event.sequence_number
                     if seq is not None:
                         if self.cursor is not None and seq <= self.cursor:

@@ -148,7 +148,11 @@ class OmnigentClient:
                     except _WireError:
                         continue  # a newer server's event the renderer does not know
 
-            yield dicts()
+            gen = dicts()
+            try:
+                yield gen
+            finally:
+                await gen.aclose()
 
     async def run_turn(self, session_id: str, text: str, *,
                        on_event: Callable[[dict[str, Any]], None] | None = None) -> TurnResult:

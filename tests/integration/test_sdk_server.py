@@ -167,3 +167,79 @@ async def test_stream_resumes_across_dropped_connections_mid_turn(sdk_server, mo
     assert drops >= 1 and stream.reconnects >= 1 and proxy.connections >= 2
     assert seqs == list(range(start + 1, start + 1 + len(seqs)))  # no gap, no duplicate
     assert "".join(deltas).split() == words
+
+
+def _start_server(env: dict, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "1", "--port", str(port)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    assert "listening on " in line, line
+    return proc
+
+
+def _stop_server(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+async def test_stream_survives_a_server_restart(mock_credentials_env, mock_llm_server_url, bundle, tmp_path):
+    """A watcher's stream outlives the server: it reconnects and sees the next turn, nothing twice.
+
+    With today's in-memory event log the server numbers from 1 again, which the
+    stream reports once as `StreamReset`; with a persistent log the numbers
+    simply go on. Either way: no duplicate, and the turn after the restart is seen.
+    """
+    import socket
+
+    from omnigent_client import StreamReset
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**mock_credentials_env, "HOME": str(tmp_path / "home")}
+    url = f"http://127.0.0.1:{port}"
+    configure_mock_llm(mock_llm_server_url, [{"text": "BEFORE_RESTART"}, {"text": "AFTER_RESTART"}], key=MODEL)
+    proc = _start_server(env, port)
+    try:
+        async with OmnigentClient(url) as client:
+            session = await client.sessions.create(bundle)
+            await client.sessions.bind_runner(session.id, runner_id=await _online_runner(client))
+            chat = SessionsChat(namespace=client.sessions, session=session)
+            with anyio.fail_after(60):
+                assert (await chat.query("one")).text == "BEFORE_RESTART"
+            after = (await client.sessions.get(session.id)).last_sequence_number
+            seen = []
+            stream = client.sessions.stream(session.id, after=after)
+            async with anyio.create_task_group() as tg:
+                async def watch() -> None:
+                    async with stream:
+                        async for event in stream:
+                            seen.append(event)
+                            if event.type == "response.completed":
+                                return
+                tg.start_soon(watch)
+                await anyio.sleep(0)  # let it subscribe (nothing would be missed anyway: after=N)
+                _stop_server(proc)
+                proc = _start_server(env, port)
+                with anyio.fail_after(60):
+                    await _online_runner(client)
+                    await client.sessions.send_message(session.id, "two")
+            assert stream.reconnects >= 1
+            seqs = [e.sequence_number for e in seen]
+            resets = [e for e in seen if isinstance(e, StreamReset)]
+            if resets:  # the log restarted: numbers go on from the new server's
+                assert len(resets) == 1 and resets[0].previous == after
+                tail = seqs[seqs.index(resets[0].sequence_number) + 1:]
+                assert tail == sorted(set(tail))
+            else:
+                assert seqs == list(range(after + 1, after + 1 + len(seqs)))
+            completed = seen[-1]
+            assert "AFTER_RESTART" in str(completed.data["response"])
+    finally:
+        _stop_server(proc)

@@ -16,6 +16,7 @@ import pytest
 
 from omnigent_client import (
     AuthenticationError,
+    StreamReset,
     ConflictError,
     ConnectionError,
     Event,
@@ -45,12 +46,14 @@ LOG[5] = {"type": "x.from.the.future", "sequence_number": 5, "anything": [1, 2]}
 LOG[7] = {"type": "response.output_text.delta", "turn_id": "turn_1", "sequence_number": 7}  # no `delta`
 
 
-def replay(first: int, last: int, *, with_id: bool = False):
+def replay(first: int, last: int, *, with_id: bool = False, log: dict = LOG, newest: int | None = None):
+    """Greet with the server's newest number (0 when live from the start), then send first..last."""
     async def step(req: Request, conn: Conn) -> None:
         await conn.head()
-        await conn.event({"type": "session.heartbeat", "sequence_number": 0})
+        hb = newest if newest is not None else (0 if first == 1 else last)
+        await conn.event({"type": "session.heartbeat", "sequence_number": hb})
         for seq in range(first, last + 1):
-            await conn.event(LOG[seq], with_id=with_id)
+            await conn.event(log[seq], with_id=with_id)
     return step
 
 
@@ -128,6 +131,35 @@ def test_stream_from_a_sequence_number_and_heartbeats_on_request(backend):
             tg.cancel_scope.cancel()
         assert [e.type for e in got] == ["session.heartbeat", "response.output_text.delta", "x.from.the.future"]
         assert fake.requests[0].query["after"] == "3"
+
+    run_on(backend, main)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_server_that_lost_its_log_is_reported_once_then_followed(backend):
+    """After 1..6 the server restarts numbering from 1: one StreamReset, then its events from 2."""
+    fresh = {seq: {**delta(seq), "delta": f"new{seq}"} for seq in range(1, 5)}
+    fake = FakeServer(0, [
+        replay(1, 6),                                    # then the connection ends
+        replay(2, 3, log=fresh, newest=1),               # greets with 1 < 6; what follows is ignored
+        then(replay(2, 4, log=fresh, newest=1), hold),   # after=1: the client resumes from there
+    ])
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(fake.run)
+            async with OmnigentClient(fake.url) as client:
+                seen: list[Event] = []
+                with anyio.fail_after(20):
+                    async for event in client.sessions.stream("conv_1"):
+                        seen.append(event)
+                        if getattr(event, "delta", None) == "new4":
+                            break
+            tg.cancel_scope.cancel()
+        reset = [e for e in seen if isinstance(e, StreamReset)]
+        assert len(reset) == 1 and (reset[0].previous, reset[0].sequence_number) == (6, 1)
+        assert [e.data.get("delta") for e in seen[seen.index(reset[0]) + 1:]] == ["new2", "new3", "new4"]
+        assert [r.query.get("after") for r in fake.requests] == [None, "6", "1"]
 
     run_on(backend, main)
 
