@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import trio
 from quart import Response, request, websocket
 from quart_trio import QuartTrio
+from werkzeug.exceptions import RequestEntityTooLarge
 
 import protocol as p
 from protocol import events as ev
@@ -74,6 +75,18 @@ def create_app(state: ServerState) -> QuartTrio:
                 raise ApiError("forbidden", f"host {host!r} is refused")
         if needs_token and not state.token_ok(headers.get("Authorization")):
             raise ApiError("unauthorized", "missing or wrong bearer token")
+
+    @app.after_request
+    async def _drain_body(response):
+        # a request answered before its body was read (a 404 on POST, say) must still have it
+        # read: hypercorn otherwise never recycles the keep-alive connection, and the client's
+        # next request on it hangs until its timeout
+        try:
+            await request.get_data()
+        except RequestEntityTooLarge:  # too big to drain: refuse it and close the connection
+            response = Response(json.dumps(ApiError("too_large", f"request body over {MAX_BODY} bytes").body()),
+                                status=413, content_type="application/json", headers={"Connection": "close"})
+        return response
 
     @app.before_request
     async def _guard():

@@ -18,7 +18,6 @@ from .errors import ApiError, invalid, not_found
 from .state import ServerState
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
-_MULTIPART_SLACK = 64 * 1024  # boundaries and part headers around the file itself
 _ATTACHMENT_PARTS = ("input_file", "input_image")
 
 
@@ -51,8 +50,8 @@ def register(app: Any, state: ServerState) -> None:
         _session(session_id)
         if not (request.content_type or "").startswith("multipart/form-data"):
             raise invalid("send the file as a multipart 'file' part")
-        if (request.content_length or 0) > MAX_FILE_BYTES + _MULTIPART_SLACK:
-            raise ApiError("too_large", f"a file may be at most {MAX_FILE_BYTES} bytes")
+        # the body is read (up to the app's MAX_CONTENT_LENGTH) before refusing it: answering
+        # while a client still sends leaves it blocked on a full socket, never reading the 413
         part = (await request.files).get("file")
         if part is None:
             raise invalid("multipart part 'file' is missing")

@@ -120,6 +120,10 @@ async def _flow(url: str, mock_url: str, bundle: bytes, tmp_path: Path) -> set[s
             await client.sessions.create(bundle, reasoning_effort="enormous")
         with pytest.raises(InvalidInputError, match="not registered"):
             await client.sessions.bind_runner(created.id, runner_id="runner_nobody")
+        with pytest.raises(NotFoundError):  # answered before its body is read: the connection
+            await client.sessions.send_message("conv_nope", "hi")  # must still serve the next call
+        with anyio.fail_after(5):
+            await client.sessions.get(created.id)
         with pytest.raises(ConflictError):
             await client.sessions.post_event(created.id, {"type": "retry"})
         assert (await client.sessions.unbind_runner(created.id)).runner_id is None
@@ -243,3 +247,51 @@ async def test_stream_survives_a_server_restart(mock_credentials_env, mock_llm_s
             assert "AFTER_RESTART" in str(completed.data["response"])
     finally:
         _stop_server(proc)
+
+
+def test_file_routes_refuse_bad_uploads_with_4xx_json(sdk_server, bundle):
+    with httpx.Client(base_url=sdk_server, headers={"Origin": "omnigent://internal"}, timeout=10) as http:
+        sid = http.post("/v1/sessions", data={"metadata": "{}"},
+                        files={"bundle": ("agent.tar.gz", bundle, "application/gzip")}).json()["session_id"]
+        other = http.post("/v1/sessions", data={"metadata": "{}"},
+                          files={"bundle": ("agent.tar.gz", bundle, "application/gzip")}).json()["session_id"]
+        base = f"/v1/sessions/{sid}/files"
+
+        def code(resp: httpx.Response) -> tuple[int, str]:
+            return resp.status_code, resp.json()["error"]["code"]
+
+        assert code(http.post(base, json={"file": "x"})) == (400, "invalid_input")
+        assert code(http.post(base, files={"other": ("a.txt", b"x")})) == (400, "invalid_input")
+        assert code(http.post(base, files={"file": ("", b"x")})) == (400, "invalid_input")
+        assert code(http.post(base, files={"file": ("big.bin", b"\0" * (10 * 1024 * 1024 + 1))})) == (413, "too_large")
+        assert code(http.post("/v1/sessions/conv_nope/files", files={"file": ("a.txt", b"x")})) == (404, "not_found")
+        assert code(http.get("/v1/sessions/conv_nope/files")) == (404, "not_found")
+        created = http.post(base, files={"file": ("../../etc/a.txt", b"exactly 10 MiB is fine" )})
+        assert created.status_code == 201 and created.json()["filename"] == "a.txt"
+        file_id = created.json()["id"]
+        assert code(http.get(f"/v1/sessions/{other}/files/{file_id}")) == (404, "not_found")  # not its file
+        assert http.get(f"/v1/sessions/{sid}/resources/files/{file_id}").json()["metadata"]["bytes"] == 22
+        message = {"type": "message", "data": {"role": "user", "content": [
+            {"type": "input_text", "text": "see"}, {"type": "input_file", "file_id": file_id}]}}
+        refused = http.post(f"/v1/sessions/{sid}/events", json=message)
+        assert code(refused) == (400, "invalid_input")
+        assert "not supported by harness" in refused.json()["error"]["message"]
+        assert http.get(f"/v1/sessions/{sid}/items").json()["data"] == []  # nothing was stored
+
+
+async def test_chat_send_yields_the_turn_as_typed_events(sdk_server, mock_llm_server_url, bundle):
+    from omnigent_client import InputConsumed, ResponseCompleted, ResponseCreated
+
+    configure_mock_llm(mock_llm_server_url, [{"text": "one two three", "stream": True}], key=MODEL)
+    async with OmnigentClient(sdk_server) as client:
+        session = await client.sessions.create(bundle)
+        await client.sessions.bind_runner(session.id, runner_id=await _online_runner(client))
+        chat = SessionsChat(namespace=client.sessions, session=session)
+        with anyio.fail_after(60):
+            events = [event async for event in chat.send("count")]
+    kinds = [type(e) for e in events]
+    assert kinds[0] is InputConsumed and ResponseCreated in kinds and kinds[-1] is ResponseCompleted
+    assert "".join(e.delta for e in events if isinstance(e, TextDelta)).split() == ["one", "two", "three"]
+    assert len({e.turn_id for e in events}) == 1
+    seqs = [e.sequence_number for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
