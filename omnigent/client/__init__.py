@@ -9,7 +9,7 @@ from ._errors import (
     APIStatusError,
     AuthenticationError,
     ConflictError,
-    ConnectionError,
+    APIConnectionError,
     InvalidInputError,
     NotFoundError,
     OmnigentError,
@@ -40,11 +40,11 @@ from ._types import File, QueryResult, Session, SessionListItem
 from .client import OmnigentClient, RunnersNamespace, TurnResult
 
 __all__ = [
-    "APIStatusError", "AuthenticationError", "ConflictError", "ConnectionError", "Event", "File",
-    "FilesNamespace", "Heartbeat", "InputConsumed", "InvalidInputError", "ItemDone", "NotFoundError",
-    "OmnigentClient", "OmnigentError", "ProtocolError", "QueryResult", "ResponseCancelled",
-    "ResponseCompleted", "ResponseCreated", "ResponseFailed", "RunnerLost", "RunnerRebound",
-    "RunnersNamespace", "ServerError", "Session", "SessionFiles", "SessionListItem", "SessionStatus",
-    "SessionStream", "SessionsChat", "StreamReset", "SessionsNamespace", "TextDelta", "TurnFailedError", "TurnResult",
-    "message_text",
+    "APIConnectionError", "APIStatusError", "AuthenticationError", "ConflictError", "Event", "File",
+    "FilesNamespace", "Heartbeat", "InputConsumed", "InvalidInputError", "ItemDone",
+    "NotFoundError", "OmnigentClient", "OmnigentError", "ProtocolError", "QueryResult",
+    "ResponseCancelled", "ResponseCompleted", "ResponseCreated", "ResponseFailed", "RunnerLost",
+    "RunnerRebound", "RunnersNamespace", "ServerError", "Session", "SessionFiles",
+    "SessionListItem", "SessionStatus", "SessionStream", "SessionsChat", "SessionsNamespace",
+    "StreamReset", "TextDelta", "TurnFailedError", "TurnResult", "message_text",
 ]

@@ -12,7 +12,7 @@ message. Nothing is classified by matching message text.
     │   ├── NotFoundError         404
     │   ├── ConflictError         409
     │   └── ServerError           5xx
-    ├── ConnectionError           the server could not be reached (refused, reset, timed out)
+    ├── APIConnectionError        the server could not be reached (refused, reset, timed out)
     ├── ProtocolError             the server answered something this client cannot read
     └── TurnFailedError           a turn ended in `response.failed` (SessionsChat.query)
 """
@@ -61,7 +61,7 @@ class ServerError(APIStatusError):
     """5xx: the server failed; retrying later may work."""
 
 
-class ConnectionError(OmnigentError):  # noqa: A001 - the SDK's own, as httpx.ConnectError is httpx's
+class APIConnectionError(OmnigentError):
     """The server could not be reached or the connection broke before an answer."""
 
 
@@ -92,5 +92,5 @@ def error_for_status(status_code: int, body: Any, what: str) -> APIStatusError:
     return cls(message or f"{what}: HTTP {status_code}", status_code, code)
 
 
-def connection_error(exc: httpx.TransportError, base_url: str) -> ConnectionError:
-    return ConnectionError(f"cannot reach the omnigent server at {base_url}: {exc or type(exc).__name__}")
+def connection_error(exc: httpx.TransportError, base_url: str) -> APIConnectionError:
+    return APIConnectionError(f"cannot reach the omnigent server at {base_url}: {exc or type(exc).__name__}")

@@ -2,7 +2,7 @@
 
 httpx runs on anyio, so the SDK works under trio and under asyncio alike.
 Every call goes through `request`, which turns transport failures into
-`ConnectionError`, error statuses into the typed `APIStatusError`s and a
+`APIConnectionError`, error statuses into the typed `APIStatusError`s and a
 non-JSON success body into `ProtocolError`, so no httpx exception reaches
 a caller.
 """

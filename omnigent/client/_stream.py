@@ -20,7 +20,7 @@ becomes the resume point. Pass `heartbeats=True` to see them too, as typed
 A 4xx other than 408/429 is final (no such session, bad token): it is raised,
 not retried. Transport errors are retried for as long as the caller keeps
 iterating; bound that with your own timeout (`anyio.fail_after`) if needed,
-or pass `reconnect=False` to get the first failure as a `ConnectionError`.
+or pass `reconnect=False` to get the first failure as an `APIConnectionError`.
 Reading times out after `read_timeout` seconds of silence (four missed
 heartbeats by default), which counts as a dropped connection.
 """
@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 import httpx
 
-from ._errors import ConnectionError, ProtocolError, ServerError, connection_error, error_for_status
+from ._errors import APIConnectionError, ProtocolError, ServerError, connection_error, error_for_status
 from ._events import Event, Heartbeat, StreamReset, parse_event
 from ._http import Transport, _json_or_none
 from ._sse import DONE, iter_sse
@@ -97,7 +97,7 @@ class SessionStream:
                     self.reconnects += 1
                     continue
                 reason: str = "the server ended the stream"
-            except (ConnectionError, ServerError, ProtocolError) as exc:
+            except (APIConnectionError, ServerError, ProtocolError) as exc:
                 if not self._reconnect:
                     raise
                 reason = str(exc)

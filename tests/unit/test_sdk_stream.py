@@ -18,7 +18,7 @@ from omnigent_client import (
     AuthenticationError,
     StreamReset,
     ConflictError,
-    ConnectionError,
+    APIConnectionError,
     Event,
     InvalidInputError,
     NotFoundError,
@@ -217,9 +217,9 @@ def test_connection_refused_is_a_connection_error(backend):
 
         async def main() -> None:
             async with OmnigentClient(f"http://127.0.0.1:{port}") as client:
-                with pytest.raises(ConnectionError, match="cannot reach"):
+                with pytest.raises(APIConnectionError, match="cannot reach"):
                     await client.sessions.list()
-                with pytest.raises(ConnectionError):
+                with pytest.raises(APIConnectionError):
                     async for _ in client.sessions.stream("conv_1", reconnect=False):
                         pass
 
