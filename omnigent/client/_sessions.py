@@ -51,12 +51,11 @@ class SessionsNamespace:
         return Session.from_dict(await self._t.request("GET", _path(session_id)))
 
     async def list(self, *, limit: int = 20, agent_name: str | None = None, order: str = "desc",
-                   sort_by: str = "created_at", after: str | None = None) -> builtins.list[SessionListItem]:
+                   sort_by: str = "created_at") -> builtins.list[SessionListItem]:
+        """Newest first by default; `sort_by="updated_at"` orders by last activity."""
         params: dict[str, Any] = {"limit": limit, "order": order, "sort_by": sort_by}
         if agent_name is not None:
             params["agent_name"] = agent_name
-        if after is not None:
-            params["after"] = after
         body = await self._t.request("GET", "/v1/sessions", params=params)
         return [SessionListItem.from_dict(row) for row in body["data"]]
 
