@@ -13,10 +13,11 @@ websocket upgrade, so an Origin is accepted only when it is:
 
 The Host check stops DNS rebinding (a page on `evil.example` whose name is
 re-pointed at 127.0.0.1 is then same-origin, but its Host header is still
-`evil.example`). Accepted: loopback names, IP literals the server serves
-(any IP literal on a wildcard bind: a rebinding page always has a name),
-the machine's own host name, and the names given with `--allow-host` (a
-proxy or DNS name in front of the server). The port is not compared: a
+`evil.example`). Accepted: loopback names and addresses when loopback is
+served, the address it is bound to (any IP literal on a wildcard bind: a
+rebinding page always has a name), the machine's own host name when it
+serves more than loopback, and the names given with `--allow-host` (a proxy
+or DNS name in front of the server). The port is not compared: a
 proxy may serve another one.
 """
 
@@ -58,15 +59,17 @@ class Guard:
         host = _host_name(host_header or "")
         if host is None:
             return f"host {(host_header or '')[:100]!r} is refused"
-        if _is_loopback(host) or host in self.allow_hosts:
+        if host in self.allow_hosts:
             return None
-        if host == socket.gethostname().lower():
+        wildcard = self.bind_host in _WILDCARDS
+        if _is_loopback(host) and (wildcard or _is_loopback(self.bind_host)):
+            return None  # loopback is served, and a rebinding page never has a loopback Host
+        if not _is_loopback(self.bind_host) and host == socket.gethostname().lower():
             return None
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
+        address = _ip_or_none(host)
+        if address is None:
             return f"host {host[:100]!r} is refused (start the server with --allow-host {host[:100]} to accept it)"
-        if self.bind_host in _WILDCARDS or address == _ip_or_none(self.bind_host):
+        if wildcard or address == _ip_or_none(self.bind_host):
             return None
         return f"host {host[:100]!r} is not an address this server serves"
 
