@@ -76,7 +76,13 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.before_request
     async def _guard():
-        _check_origin(request.headers, needs_token=request.path != "/health")
+        try:
+            _check_origin(request.headers, needs_token=request.path != "/health")
+        except ApiError as exc:
+            # Refused before its body is read: the connection is closed after the answer, so
+            # nothing is read from an untrusted peer, and keep-alive does not stall on the
+            # unread body (hypercorn then stops serving that connection).
+            return exc.body(), exc.status, {"Connection": "close"}
 
     # --- health -------------------------------------------------------------
 

@@ -155,6 +155,9 @@ async def test_client_token_opens_client_routes_only(nursery, store, bundle):
             assert (await http.get("/v1/sessions")).status_code == 401
             assert (await http.get("/v1/sessions", headers={"Authorization": "Bearer nope"})).status_code == 401
             assert (await http.get("/health")).status_code == 200
+            for _ in range(5):  # refused bodies are never read, and the client keeps being answered
+                assert (await http.post("/v1/runners", json={"runner_id": "runner_x"})).status_code == 401
+            assert (await http.get("/health")).status_code == 200
         async with OmnigentClient(handle.url, token=TOKEN) as client:
             sid = (await client.create_session(bundle))["id"]
             with pytest.raises(ConnectionRejected) as info:
