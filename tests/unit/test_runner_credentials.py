@@ -231,3 +231,35 @@ async def test_register_never_overwrites_an_online_id():
     with pytest.raises(AlreadyOnline):
         registry.register(RunnerConn("runner_a", 2, [], send.clone()))
     assert registry.online["runner_a"] is first
+
+
+def test_a_store_of_the_previous_release_gains_the_credentials_table(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from omnigent.store import Store
+
+    old = Path(__file__).resolve().parents[1] / "resources" / "stores" / "chat-0.1.0.db"
+    shutil.copy(old, tmp_path / "chat.db")
+    store = Store(tmp_path / "chat.db")
+    try:
+        assert len(store.list_conversations(limit=1000)) == 100
+        assert store.add_runner_credential("runner_a", hash_secret("s"), kind="host")
+        assert not store.add_runner_credential("runner_a", hash_secret("other"), kind="explicit")
+        row = store.runner_credential("runner_a")
+        assert (row["kind"], row["secret_hash"], row["revoked_at"]) == ("host", hash_secret("s"), None)
+        store.revoke_runner_credential("runner_a")
+        assert store.runner_credential("runner_a")["revoked_at"] is not None
+        assert store.prune_runner_credentials(older_than=-1) == 1
+        assert store.runner_credential("runner_a") is None
+        with pytest.raises(ValueError):
+            store.add_runner_credential("runner_b", "h", kind="admin")
+    finally:
+        store.close()
+
+
+def test_the_credential_frame_carries_a_hash_and_decodes_strictly():
+    frame = p.RunnerCredential(runner_id="runner_a", secret_hash=hash_secret("s"))
+    assert p.decode(p.encode(frame)) == frame
+    with pytest.raises(p.ProtocolError):
+        p.decode('{"kind": "host.runner_credential", "runner_id": "runner_a", "secret": "s"}')
