@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 import re
+from typing import Any
 
 import trio
 from quart import Response, request, websocket
