@@ -54,8 +54,8 @@ async def run_tree(
 
     `make_front` is called only after the runner is launched, so the front
     end's imports (httpx, ...) overlap the runner's start-up too. The API
-    requires `token` (one is generated when None) unless `require_token` is
-    False, which only `omnigent server` on loopback without --token asks for.
+    requires `token`, generated when None; only with `require_token=False`
+    (`omnigent server` on loopback without --token) does None leave it open.
     """
     from .server.sockets import bind_socket, url_of
 
