@@ -110,8 +110,15 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
               help="Runner processes supervised in this process.")
 @click.option("--token", envvar="OMNIGENT_SERVER_TOKEN",
               help="Bearer token clients must send (generated and printed when needed).")
-def server(host: str, port: int, runners: int, token: str | None) -> None:
-    """Serve the API (sessions, event streams) on the persistent store, with local runners."""
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests whose Host is NAME (a proxy or DNS name in front); repeatable.")
+def server(host: str, port: int, runners: int, token: str | None, allow_hosts: tuple[str, ...]) -> None:
+    """Serve the API (sessions, event streams) on the persistent store, with local runners.
+
+    On loopback without --token the API is open to every local user (one
+    warning line says so); with --token, or on any other address, clients
+    must send the token. Runners never use it: each has its own secret.
+    """
     import secrets
     from functools import partial
 
@@ -130,6 +137,9 @@ def server(host: str, port: int, runners: int, token: str | None) -> None:
     if public and not token:
         token = secrets.token_urlsafe(24)
         click.echo(f"token: {token}  (clients send: Authorization: Bearer <token>)", err=True)
+    elif not token:
+        click.echo("warning: no --token: any local user can use this server's API "
+                   "(sessions, conversations)", err=True)
 
     def make_front():
         async def front(client) -> int:
@@ -141,7 +151,8 @@ def server(host: str, port: int, runners: int, token: str | None) -> None:
 
     try:
         code = trio.run(partial(run_tree, runners=runners, tuning=tuning, bind=(host, port), token=token,
-                                require_client_token=public), default_db_path(), make_front)
+                                require_token=bool(token), allow_hosts=allow_hosts),
+                        default_db_path(), make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:  # the address is taken or not ours

@@ -4,6 +4,11 @@ The listening socket is bound first and the host launches its runner before
 the server's heavy imports happen, so runner start-up (dominated by importing
 openai) overlaps server start-up. Leaving the front end ends the tree in
 order: runners first (so none is restarted), then the server, then the store.
+
+Credentials: the client token this tree's front end uses is generated here
+and handed to it in memory, so another local user cannot read conversations
+through the port (the server requires it on loopback too). Runners get no
+client token: the host mints each one its own secret.
 """
 
 from __future__ import annotations
@@ -42,22 +47,26 @@ async def run_tree(
     tuning: Tuning = Tuning(),
     bind: tuple[str, int] = ("127.0.0.1", 0),
     token: str | None = None,
-    require_client_token: bool = False,
+    require_token: bool = True,
+    allow_hosts: tuple[str, ...] = (),
 ) -> int:
     """Run a front end against a fresh in-process server and runner pool; returns the exit code.
 
     `make_front` is called only after the runner is launched, so the front
-    end's imports (httpx, ...) overlap the runner's start-up too.
+    end's imports (httpx, ...) overlap the runner's start-up too. The API
+    requires `token`, generated when None; only with `require_token=False`
+    (`omnigent server` on loopback without --token) does None leave it open.
     """
-    from .server.sockets import LOOPBACK, bind_socket, url_of
+    from .server.sockets import bind_socket, url_of
 
     sock = bind_socket(*bind)
     url = url_of(sock)
-    token = token or secrets.token_urlsafe(32)
+    if require_token:
+        token = token or secrets.token_urlsafe(32)
     server_end, host_end = memory_link()
     log_handler = open_log("host")
     prune(logs_dir() / "runner")
-    host = Host(url, token, host_end, log_dir=logs_dir(), workspace=workspace or os.getcwd(),
+    host = Host(url, host_end, log_dir=logs_dir(), workspace=workspace or os.getcwd(),
                 runners=runners, policy=policy)
     exit_code = 0
     store = None
@@ -86,8 +95,7 @@ async def run_tree(
             server = await nursery.start(lambda task_status: run_server(
                 store, sock, token=token, host_links=[server_end], runner_wait=tuning.runner_wait,
                 max_attempts=tuning.turn_attempts, ping_interval=tuning.ping_interval,
-                ping_allowance=tuning.ping_allowance, loopback_only=bind[0] in LOOPBACK,
-                require_client_token=require_client_token, task_status=task_status))
+                ping_allowance=tuning.ping_allowance, allow_hosts=allow_hosts, task_status=task_status))
             front_scope = trio.CancelScope()
 
             async def on_signals() -> None:

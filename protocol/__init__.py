@@ -18,6 +18,7 @@ from .frames import (
     LaunchRunner,
     Ping,
     Pong,
+    RunnerCredential,
     RunnerExited,
     RunnerLaunched,
     RunnerOnline,
@@ -32,7 +33,7 @@ from .frames import (
 __all__ = [
     "EVENT_TYPES", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "TERMINAL_EVENTS",
     "Cancel", "Frame", "Hello", "HelloAck", "HostHello", "KillRunner", "LaunchRunner",
-    "Ping", "Pong", "ProtocolError", "RunnerExited", "RunnerLaunched", "RunnerOnline",
+    "Ping", "Pong", "ProtocolError", "RunnerCredential", "RunnerExited", "RunnerLaunched", "RunnerOnline",
     "TurnCompleted", "TurnEvent", "TurnFailed", "TurnStart",
     "decode", "decode_event", "encode", "make_event",
 ]

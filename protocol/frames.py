@@ -122,6 +122,20 @@ class HostHello(Frame):
 
 
 @dataclass(frozen=True)
+class RunnerCredential(Frame):
+    """Host -> server, before the launch: the sha256 (hex) of the secret bound to `runner_id`.
+
+    The host mints the secret and gives it only to the runner's environment;
+    the server learns just its hash. The runner may dial before the server has
+    read this frame: the server waits a bounded time for the credential.
+    """
+
+    kind: ClassVar[str] = "host.runner_credential"
+    runner_id: str
+    secret_hash: str
+
+
+@dataclass(frozen=True)
 class RunnerLaunched(Frame):
     """Host -> server: a runner process exists (before it said hello)."""
 
@@ -171,7 +185,7 @@ FRAME_TYPES: dict[str, type[Frame]] = {
     cls.kind: cls
     for cls in (
         Hello, HelloAck, TurnStart, TurnEvent, TurnCompleted, TurnFailed, Cancel, Ping, Pong,
-        HostHello, RunnerLaunched, RunnerExited, RunnerOnline, LaunchRunner, KillRunner,
+        HostHello, RunnerCredential, RunnerLaunched, RunnerExited, RunnerOnline, LaunchRunner, KillRunner,
     )
 }
 

@@ -5,6 +5,14 @@ Each pool slot is a permanent process child. Every (re)start gets a fresh
 replaces. A runner counts as started only once the server has seen its hello
 (the server says so over the link); the host tells the server when a runner
 process starts and ends, with the exit code or signal and its log tail.
+
+Credentials: each launch mints a fresh secret for its runner id. The secret
+goes only into that runner's environment (`OMNIGENT_RUNNER_TOKEN`); the
+server is told its hash in a `RunnerCredential` frame posted *before* the
+process is launched. Links keep order but the server reads them on its own
+time, so a runner can still dial first: the server waits a bounded time for
+the credential of an id it does not know yet (`runner_link.serve_runner`).
+The host never hands a runner its own or a client's credentials.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from supervisor import (
 )
 
 from ..link import LinkEnd
+from ..runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR, hash_secret, mint_secret
 
 log = logging.getLogger("omnigent.host")
 
@@ -47,7 +56,6 @@ class Host:
     def __init__(
         self,
         server_url: str,
-        token: str,
         link: LinkEnd,
         *,
         log_dir: Path,
@@ -60,12 +68,11 @@ class Host:
         launcher=None,
     ) -> None:
         self.server_url = server_url
-        self.token = token
         self.link = link
         self.log_dir = Path(log_dir)
         self.workspace = workspace
         self.count = runners
-        self.env = dict(os.environ if env is None else env)
+        self.env = {k: v for k, v in (os.environ if env is None else env).items() if k not in CLIENT_TOKEN_VARS}
         self.policy = policy
         self.startup_timeout = startup_timeout
         self.shutdown_grace = shutdown_grace
@@ -81,8 +88,10 @@ class Host:
         runner_id = f"runner_{uuid.uuid4().hex}"
         self._online[runner_id] = trio.Event()
         self._slot_of[runner_id] = slot
+        secret = mint_secret()
+        self.link.post(p.RunnerCredential(runner_id=runner_id, secret_hash=hash_secret(secret)))
         env = {**self.env, "OMNIGENT_SERVER_URL": self.server_url,
-               "OMNIGENT_RUNNER_ID": runner_id, "OMNIGENT_RUNNER_TOKEN": self.token}
+               "OMNIGENT_RUNNER_ID": runner_id, ENV_VAR: secret}
         return ProcessConfig(argv=runner_argv(self.env), env=env, cwd=self.workspace,
                              log_path=self.log_dir / "runner" / f"{runner_id}.log", label=runner_id)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
-from urllib.parse import urlsplit
 
 import trio
 from quart import Response, request, websocket
@@ -20,16 +20,16 @@ import protocol as p
 from protocol import events as ev
 
 from ..agents import SpecError, spec_from_bundle
+from ..runner_secrets import bearer, hash_secret, mint_runner_id, mint_secret
 from . import files
 from .errors import ApiError, invalid, not_found
 from .runner_link import serve_runner
-from .sockets import LOOPBACK
 from .state import ServerState
 
 log = logging.getLogger("omnigent.server")
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-TRUSTED_ORIGINS = {"omnigent://internal"}
+RUNNER_ID_RE = re.compile(r"runner_[A-Za-z0-9_-]{1,120}")
 MAX_BODY = 32 * 1024 * 1024
 
 
@@ -66,14 +66,14 @@ def create_app(state: ServerState) -> QuartTrio:
         return ApiError("internal_error", "internal error").body(), 500
 
     def _check_origin(headers, *, needs_token: bool) -> None:
-        origin = headers.get("Origin")
-        if origin and origin not in TRUSTED_ORIGINS and urlsplit(origin).hostname not in LOOPBACK:
-            raise ApiError("forbidden", f"requests from origin {origin} are refused")
-        if state.loopback_only:
-            host = (headers.get("Host") or "").rsplit(":", 1)[0]
-            if host not in LOOPBACK:
-                raise ApiError("forbidden", f"host {host!r} is refused")
-        if needs_token and not state.token_ok(headers.get("Authorization")):
+        """Browsers and rebinding names are refused first (guard.py), then a missing client token.
+
+        Runner routes pass needs_token=False: they take the runner's own secret, never this token.
+        """
+        refusal = state.guard.origin_refusal(headers.get("Origin")) or state.guard.host_refusal(headers.get("Host"))
+        if refusal:
+            raise ApiError("forbidden", refusal)
+        if needs_token and not state.client_token_ok(headers.get("Authorization")):
             raise ApiError("unauthorized", "missing or wrong bearer token")
 
     @app.after_request
@@ -90,7 +90,13 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.before_request
     async def _guard():
-        _check_origin(request.headers, needs_token=state.require_client_token and request.path != "/health")
+        try:
+            _check_origin(request.headers, needs_token=request.path != "/health")
+        except ApiError as exc:
+            # Refused before its body is read: the connection is closed after the answer, so
+            # nothing is read from an untrusted peer, and keep-alive does not stall on the
+            # unread body (hypercorn then stops serving that connection).
+            return exc.body(), exc.status, {"Connection": "close"}
 
     # --- health -------------------------------------------------------------
 
@@ -293,7 +299,7 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.websocket("/v1/sessions/<session_id>/ws")
     async def session_ws(session_id: str):
         try:
-            _check_origin(websocket.headers, needs_token=state.require_client_token)
+            _check_origin(websocket.headers, needs_token=True)
             _conv(session_id)
             after = _after_arg(websocket.args)
         except ApiError as exc:
@@ -331,9 +337,35 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.get("/v1/runners")
     async def runners():
         return {"object": "list", "data": [
-            {"runner_id": c.runner_id, "online": True, "pid": c.pid, "harnesses": c.harnesses}
+            {"runner_id": c.runner_id, "online": True, "pid": c.pid, "harnesses": c.harnesses,
+             "explicit": c.explicit}
             for c in state.registry.online.values()
         ], "gave_up": state.registry.gave_up}
+
+    @app.post("/v1/runners")
+    async def register_runner():
+        """A client registers a new *explicit* runner: an id and the secret bound to it.
+
+        Optional `runner_id` / `runner_secret` in the body; what is absent is
+        minted. The secret is returned once and only its hash is kept. Explicit
+        runners never take part in placement: they serve the sessions a client
+        binds to them with `PATCH /v1/sessions/{id} {runner_id}`.
+        """
+        body = await _json_body()
+        extra = set(body) - {"runner_id", "runner_secret"}
+        if extra:
+            raise invalid(f"unknown field {sorted(extra)[0]!r}")
+        runner_id = body.get("runner_id") or mint_runner_id()
+        secret = body.get("runner_secret") or mint_secret()
+        if not isinstance(runner_id, str) or not RUNNER_ID_RE.fullmatch(runner_id):
+            raise invalid("'runner_id' must look like runner_<letters, digits, _ or -> (at most 127 characters)")
+        if not isinstance(secret, str) or not 32 <= len(secret) <= 512 or not secret.isprintable():
+            raise invalid("'runner_secret' must be a printable string of 32 to 512 characters")
+        known = runner_id in state.registry.online or runner_id in state.registry.pids
+        if known or not store.add_runner_credential(runner_id, hash_secret(secret), kind="explicit"):
+            raise ApiError("conflict", f"runner id '{runner_id}' is already known")
+        state.registry.notify_changed()
+        return {"runner_id": runner_id, "runner_secret": secret}, 201
 
     @app.get("/v1/runners/<runner_id>/status")
     async def runner_status(runner_id: str):
@@ -341,10 +373,13 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.websocket("/v1/runners/<runner_id>/ws")
     async def runner_ws(runner_id: str):
-        if not state.token_ok(websocket.headers.get("Authorization")):
-            return ApiError("unauthorized", "missing or wrong runner token").body(), 401
+        """Only the secret bound to `runner_id` opens this (checked in serve_runner, 4003 otherwise)."""
+        try:
+            _check_origin(websocket.headers, needs_token=False)
+        except ApiError as exc:
+            return exc.body(), exc.status
         await websocket.accept()
-        await serve_runner(state, runner_id, _QuartTransport())
+        await serve_runner(state, runner_id, _QuartTransport(), bearer(websocket.headers.get("Authorization")))
 
     # --- helpers ------------------------------------------------------------
 

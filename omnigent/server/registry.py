@@ -4,6 +4,12 @@ The registry is the one place that knows a runner is connected: the runner
 websocket handler registers it after a valid hello and unregisters it when the
 socket ends. Turns in flight on a runner are tracked here so that losing the
 runner ends them at once (their channels close) instead of leaving them hung.
+
+An online id is never taken over silently: `register` refuses it, and only
+`replace` (after the old connection failed a liveness ping) swaps the
+connection of an id. Explicit runners (registered by a client, not launched
+by a host) are online like any other but `placeable` leaves them out, so
+automatic placement and rebinding never pick them.
 """
 
 from __future__ import annotations
@@ -26,6 +32,22 @@ class RunnerConn:
     connected_at: float = field(default_factory=trio.current_time)
     last_pong: float = field(default_factory=trio.current_time)
     turns: dict[str, trio.MemorySendChannel[Any]] = field(default_factory=dict)
+    explicit: bool = False   # registered by a client: serves only sessions bound to it by hand
+    beats: int = 0           # frames received so far: a liveness probe waits for this to move
+    gone: bool = False       # dropped from the registry
+    _beat: trio.Event = field(default_factory=trio.Event, repr=False)
+
+    def alive(self) -> None:
+        """A frame came in: the runner is alive now."""
+        self.last_pong = trio.current_time()
+        self.beats += 1
+        self._beat.set()
+        self._beat = trio.Event()
+
+    async def wait_beat(self, after: int) -> None:
+        """Until a frame arrives after `after` beats (or the connection is dropped)."""
+        while self.beats <= after and not self.gone:
+            await self._beat.wait()
 
     async def send(self, frame: Frame) -> None:
         await self.outbox.send(frame)
@@ -62,6 +84,10 @@ class Departure:
         return self.error is not None
 
 
+class AlreadyOnline(Exception):
+    """`register` of an id that already has a live connection."""
+
+
 class RunnerRegistry:
     def __init__(self) -> None:
         self.online: dict[str, RunnerConn] = {}
@@ -74,11 +100,22 @@ class RunnerRegistry:
         self._changed.set()
         self._changed = trio.Event()
 
+    def placeable(self) -> list[RunnerConn]:
+        """The online runners automatic placement and rebinding may choose: host-launched ones."""
+        return [conn for conn in self.online.values() if not conn.explicit]
+
     def register(self, conn: RunnerConn) -> None:
+        if conn.runner_id in self.online:
+            raise AlreadyOnline(conn.runner_id)
         self.online[conn.runner_id] = conn
         self.pids[conn.runner_id] = conn.pid
         self.departed.pop(conn.runner_id, None)
         self._notify()
+
+    def replace(self, old: RunnerConn, new: RunnerConn, cause: str) -> None:
+        """Swap the connection of an online id (the old one failed a liveness ping)."""
+        self.unregister(old, cause)
+        self.register(new)
 
     def unregister(self, conn: RunnerConn, cause: str) -> None:
         if self.online.get(conn.runner_id) is not conn:
@@ -87,6 +124,8 @@ class RunnerRegistry:
         for turn_id in list(conn.turns):
             conn.close_turn(turn_id)
         conn.outbox.close()
+        conn.gone = True
+        conn._beat.set()  # a liveness probe waiting on it ends
         self.departed.setdefault(conn.runner_id, Departure(conn.runner_id, cause, trio.current_time()))
         self._notify()
 

@@ -1,9 +1,26 @@
 """One runner's connection to the server, independent of the transport.
 
 The websocket route adapts quart's websocket to `Transport`; tests drive the
-same code over memory channels under a MockClock. The connection: a valid
-hello first, then frames routed to the turns waiting on them, pings on a
-timer and a hang verdict when pongs stop, 1001 on shutdown.
+same code over memory channels under a MockClock. The connection: the secret
+bound to the runner id, a valid hello, then frames routed to the turns
+waiting on them, pings on a timer and a hang verdict when pongs stop, 1001
+on shutdown.
+
+Who may connect as a runner id:
+
+- Only a peer presenting the secret bound to that id (its sha256 is in the
+  store's `runner_credentials`, put there by the launching host's
+  `RunnerCredential` frame or by a client's `POST /v1/runners`). A host posts
+  that frame before it launches the process, but the server reads its link
+  on its own time, so a runner may dial first: an id without a credential
+  yet is waited for, up to `state.credential_wait`, then refused. A wrong,
+  missing or revoked secret gets 4003 at once. The client token opens nothing here.
+- An id that is online is never taken over by a connection with the wrong
+  secret (4003; the first stays registered). With the right secret (the
+  runner reconnecting after a blip) the old connection is pinged: if it
+  answers within `state.reconnect_probe` (1 s) the new one is closed with
+  4009, otherwise the new one replaces it and the turn in flight on the old
+  one is dispatched again on the new one.
 """
 
 from __future__ import annotations
@@ -15,10 +32,14 @@ import trio
 
 import protocol as p
 
+from ..runner_secrets import secret_matches
 from .registry import RunnerConn
 from .state import ServerState
 
 log = logging.getLogger("omnigent.server.runners")
+
+WRONG_SECRET = 4003
+ID_IN_USE = 4009
 
 
 class Transport(Protocol):
@@ -27,7 +48,13 @@ class Transport(Protocol):
     async def close(self, code: int, reason: str) -> None: ...
 
 
-async def serve_runner(state: ServerState, runner_id: str, transport: Transport) -> None:
+async def serve_runner(state: ServerState, runner_id: str, transport: Transport, secret: str | None) -> None:
+    """Serve one runner connection until it ends; `secret` is what the peer presented."""
+    credential = await _credential(state, runner_id, secret)
+    if credential is None or not secret_matches(secret, credential["secret_hash"]):
+        log.warning("runner %s: refused a connection without its secret", runner_id)
+        await transport.close(WRONG_SECRET, "wrong or missing secret for this runner id")
+        return
     try:
         with trio.fail_after(state.hello_timeout):
             hello = p.decode(await transport.receive())
@@ -40,11 +67,16 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport)
         await transport.close(4008, "no hello")
         return
     outbox, outgoing = trio.open_memory_channel[p.Frame](256)
-    conn = RunnerConn(hello.runner_id, hello.pid, list(hello.harnesses), outbox)
+    conn = RunnerConn(hello.runner_id, hello.pid, list(hello.harnesses), outbox,
+                      explicit=credential["kind"] == "explicit")
+    if not await _claim_id(state, conn):
+        log.warning("runner %s: refused a second connection while the first answers", runner_id)
+        await transport.close(ID_IN_USE, "this runner id is online on another connection")
+        return
     ended: list[str] = []  # why the connection ended; the first reason wins
-    state.registry.register(conn)
     state.host_events.runner_online(runner_id)
-    state.turns.runner_joined(conn)
+    if not conn.explicit:  # explicit runners adopt nothing: they serve only sessions bound to them
+        state.turns.runner_joined(conn)
     try:
         await transport.send(p.encode(p.HelloAck(ping_interval=state.ping_interval)))
         async with trio.open_nursery() as n:
@@ -53,11 +85,53 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport)
             n.start_soon(_ping, state, conn, n, ended)
             n.start_soon(_receive_frames, conn, transport, n, ended)
     finally:
-        cause = ended[0] if ended else "disconnected"
-        if cause.startswith("hung"):
-            state.host_events.kill_runner(runner_id, cause)
-        state.registry.unregister(conn, cause)
-        state.turns.runner_left(runner_id)
+        current = state.registry.online.get(runner_id)
+        if current is not None and current is not conn:
+            pass  # a reconnect of the same runner took over: nothing was lost, nothing to kill
+        else:
+            cause = ended[0] if ended else "disconnected"
+            if cause.startswith("hung"):
+                state.host_events.kill_runner(runner_id, cause)
+            state.registry.unregister(conn, cause)
+            state.turns.runner_left(runner_id)
+
+
+async def _credential(state: ServerState, runner_id: str, secret: str | None) -> dict | None:
+    """The live credential of `runner_id`, waiting a bounded time for one not yet known."""
+    if not secret:
+        return None
+    row = state.store.runner_credential(runner_id)
+    with trio.move_on_after(state.credential_wait):
+        while row is None:
+            await state.registry.wait_changed()  # _consume_host notifies when it stores one
+            row = state.store.runner_credential(runner_id)
+    if row is None or row["revoked_at"] is not None:
+        return None
+    return row
+
+
+async def _claim_id(state: ServerState, conn: RunnerConn) -> bool:
+    """Register `conn`; if its id is online, only after the old connection failed a ping."""
+    while True:
+        old = state.registry.online.get(conn.runner_id)
+        if old is None:
+            state.registry.register(conn)
+            return True
+        beats = old.beats
+        try:
+            old.outbox.send_nowait(p.Ping(ts=trio.current_time()))
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            pass  # a full or closed outbox will not answer either
+        with trio.move_on_after(state.reconnect_probe):
+            await old.wait_beat(beats)
+        if state.registry.online.get(conn.runner_id) is not old:
+            continue  # it went away meanwhile: look again
+        if old.beats > beats:
+            return False  # it answered: that connection is alive
+        log.warning("runner %s: a reconnect replaces a connection silent for %.1f s",
+                    conn.runner_id, state.reconnect_probe)
+        state.registry.replace(old, conn, "replaced by a reconnect of the same runner")
+        return True
 
 
 async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nursery, ended: list[str]) -> None:
@@ -65,9 +139,9 @@ async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nurser
         while True:
             frame = p.decode(await transport.receive())
             if isinstance(frame, p.Pong):
-                conn.last_pong = trio.current_time()
+                conn.alive()
             elif isinstance(frame, (p.TurnEvent, p.TurnCompleted, p.TurnFailed)):
-                conn.last_pong = trio.current_time()  # any frame proves it is alive
+                conn.alive()  # any frame proves it is alive
                 conn.route(frame.turn_id, frame)
             else:
                 raise p.ProtocolError(f"a runner may not send {frame.kind!r}")

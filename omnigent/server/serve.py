@@ -4,6 +4,11 @@ The listening socket may be bound by the caller before quart is even
 imported, so a runner can dial it while the server is still starting (its
 connection waits in the backlog). Shutdown closes every websocket with 1001
 first, so hypercorn does not wait out its graceful timeout (G1).
+
+Hosts tell the server over their link which secret (by its hash) each of
+their runners will present; the hashes go to the store, so a runner can
+re-register after a server restart, and are revoked when the host reports
+the process gone.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from protocol import events as ev
 
 from ..link import LinkEnd
 from ..store import Store
+from .guard import Guard
 from .hub import EventHub
 from .sockets import url_of
 from .registry import RunnerRegistry
@@ -28,6 +34,8 @@ from .state import ServerState
 from .turns import TurnService
 
 log = logging.getLogger("omnigent.server")
+
+CREDENTIALS_KEPT = 86400.0  # revoked runner credentials are forgotten a day later
 
 
 @dataclass
@@ -49,12 +57,11 @@ async def run_server(
     store: Store,
     sock: socket.socket,
     *,
-    token: str,
+    token: str | None,
     host_links: list[LinkEnd] = (),
     runner_wait: float = 30.0,
     max_attempts: int = 2,
-    loopback_only: bool = True,
-    require_client_token: bool = False,
+    allow_hosts: tuple[str, ...] = (),
     ping_interval: float = 1.0,
     ping_allowance: float = 3.0,
     task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
@@ -68,14 +75,16 @@ async def run_server(
     done = trio.Event()
     # turns left running by a process that is gone can never finish: say so
     store.interrupt_orphaned_turns(_pid_alive)
+    store.prune_runner_credentials(older_than=CREDENTIALS_KEPT)
+    bind_host, port = sock.getsockname()[:2]
+    guard = Guard(port=port, bind_host=bind_host, allow_hosts=frozenset(h.lower() for h in allow_hosts))
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             hub = EventHub()
             registry = RunnerRegistry()
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
                                 max_attempts=max_attempts)
-            state = ServerState(store, hub, registry, turns, token, loopback_only=loopback_only,
-                                require_client_token=require_client_token,
+            state = ServerState(store, hub, registry, turns, token, guard=guard,
                                 ping_interval=ping_interval, ping_allowance=ping_allowance)
             for link in host_links:
                 state.host_events.links.append(link)
@@ -102,11 +111,16 @@ async def run_server(
 
 async def _consume_host(state: ServerState, link: LinkEnd) -> None:
     async for frame in link.receive:
-        if isinstance(frame, p.RunnerLaunched):
+        if isinstance(frame, p.RunnerCredential):
+            if not state.store.add_runner_credential(frame.runner_id, frame.secret_hash, kind="host"):
+                log.warning("host re-used the known runner id %s: its new secret is ignored", frame.runner_id)
+            state.registry.notify_changed()  # a runner that dialled first is waiting for this
+        elif isinstance(frame, p.RunnerLaunched):
             state.registry.pids[frame.runner_id] = frame.pid
         elif isinstance(frame, p.RunnerExited):
             error = frame.reason + (f"\n{frame.log_tail}" if frame.log_tail else "")
             if frame.runner_id:
+                state.store.revoke_runner_credential(frame.runner_id)  # its secret opens nothing now
                 state.registry.record_exit(frame.runner_id, frame.reason, error)
             if frame.gave_up:
                 state.registry.give_up(error)

@@ -10,7 +10,9 @@ import trio
 import protocol as p
 
 from ..link import LinkEnd
+from ..runner_secrets import bearer
 from ..store import Store
+from .guard import Guard
 from .hub import EventHub
 from .registry import RunnerRegistry
 from .turns import TurnService
@@ -37,16 +39,21 @@ class ServerState:
     hub: EventHub
     registry: RunnerRegistry
     turns: TurnService
-    token: str
-    loopback_only: bool = True
-    require_client_token: bool = False
+    # The client token: None leaves client routes open (`omnigent server` on
+    # loopback without --token, which says so). It never opens a runner route:
+    # runners present the secret bound to their own id (runner_link).
+    token: str | None
+    guard: Guard = field(default_factory=Guard)
     ping_interval: float = 1.0
     ping_allowance: float = 3.0
     hello_timeout: float = 10.0
+    credential_wait: float = 5.0   # a runner may dial before its host's credential frame is read
+    reconnect_probe: float = 1.0   # a second connection for an online id: the old one's chance to answer
     shutting_down: trio.Event = field(default_factory=trio.Event)
     host_events: HostEvents = field(default_factory=HostEvents)
 
-    def token_ok(self, authorization: str | None) -> bool:
-        if not authorization or not authorization.startswith("Bearer "):
-            return False
-        return hmac.compare_digest(authorization[7:].encode(), self.token.encode())
+    def client_token_ok(self, authorization: str | None) -> bool:
+        if self.token is None:
+            return True
+        presented = bearer(authorization)
+        return presented is not None and hmac.compare_digest(presented.encode(), self.token.encode())

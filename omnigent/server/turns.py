@@ -103,7 +103,7 @@ class TurnService:
         cause = gone.cause if gone else "disconnected"
         for session_id in self.store.conversations_for_runner(runner_id):
             self.hub.publish(session_id, ev.RUNNER_LOST, runner_id=runner_id, cause=cause)
-        others = list(self.registry.online.values())
+        others = self.registry.placeable()
         if others:  # e.g. the warm spare: take over now, the supervisor refills in the background
             self._rebind(runner_id, others[0])
         else:
@@ -213,7 +213,7 @@ class TurnService:
                 # a runner lost in this server's life is replaced by runner_left/joined
                 # (with the notices); only unbound or stale bindings are taken here
                 adoptable = bound is None or bound not in self.registry.departed
-                for conn in list(self.registry.online.values()) if adoptable else ():
+                for conn in self.registry.placeable() if adoptable else ():
                     if self.store.bind_runner(session_id, conn.runner_id, expected=bound):
                         return conn
                     break  # someone else rebound it: re-read

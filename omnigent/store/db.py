@@ -127,6 +127,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX idx_files_conversation ON files (conversation_id, created_at);
         """,
     ),
+    Migration(
+        "0002_runner_credentials",
+        """
+        -- one secret per runner id, bound by whoever launched it; only its sha256 is kept
+        CREATE TABLE runner_credentials (
+            runner_id TEXT PRIMARY KEY,
+            secret_hash TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('host', 'explicit')),
+            host_id TEXT,
+            created_at REAL NOT NULL,
+            revoked_at REAL
+        );
+        CREATE INDEX idx_runner_credentials_revoked_at ON runner_credentials (revoked_at);
+        """,
+    ),
 )
 
 

@@ -3,8 +3,10 @@
 Includes the port of the original's `test_repl_recover_after_runner_death`
 to the local `omnigent run` (the runner pid comes from the host log line),
 keeping its assertions: the next prompt gets the marker, the session's runner
-id changes, the new runner is online. The API is reached at the URL the
-server logged, as any other client would.
+id changes, the new runner is online. The tree's API requires the client
+token it keeps in memory, so an outside client at the URL the server logged
+is refused; the binding is read from the store and "online" is the bound
+runner's process being alive.
 """
 
 from __future__ import annotations
@@ -59,10 +61,20 @@ def first_turn(child: pexpect.spawn, mock_url: str, model: str, marker: str) -> 
     return session_id, runner_id
 
 
-def session_runner(url: str, session_id: str) -> tuple[str, bool]:
-    body = httpx.get(f"{url}/v1/sessions/{session_id}", timeout=5).json()
-    status = httpx.get(f"{url}/v1/runners/{body['runner_id']}/status", timeout=5).json()
-    return body["runner_id"], status["online"]
+def session_runner(home: Path, url: str, session_id: str) -> tuple[str, bool]:
+    refused = httpx.get(f"{url}/v1/sessions/{session_id}", timeout=5)
+    assert refused.status_code == 401  # not without the tree's own token
+    with sqlite3.connect(home / ".omnigent" / "chat.db") as db:
+        (runner_id,) = db.execute("SELECT runner_id FROM conversations WHERE id = ?", (session_id,)).fetchone()
+    return runner_id, _alive(runner_pid(home, runner_id))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_repl_recover_after_runner_death(mock_credentials_env, mock_llm_server_url, tmp_path):
@@ -77,13 +89,13 @@ def test_repl_recover_after_runner_death(mock_credentials_env, mock_llm_server_u
         child.expect(r"runner runner_\w+… died \(SIGKILL\); replaced by runner_\w+… in \d+\.\d\d s")
         child.expect(READY)
         url = server_url(home)
-        recovered, online = session_runner(url, session_id)
+        recovered, online = session_runner(home, url, session_id)
         assert recovered != first_runner and online
         configure_mock_llm(mock_llm_server_url, [{"text": "SESSION_RECOVER_OK"}], key=model)
         submit_prompt(child, "respond with the configured marker again")
         child.expect(re.escape("SESSION_RECOVER_OK"))
         child.expect(READY)
-        assert session_runner(url, session_id) == (recovered, True)
+        assert session_runner(home, url, session_id) == (recovered, True)
         clean_exit(child, timeout=20)
     finally:
         child.close(force=True)

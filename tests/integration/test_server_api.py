@@ -20,23 +20,38 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 import protocol as p
 from omnigent.agents import bundle_bytes
 from omnigent.client import OmnigentClient
+from omnigent.link import memory_link
+from omnigent.runner_secrets import hash_secret, mint_secret
 from omnigent.server.serve import run_server
 from omnigent.server.sockets import bind_socket
 from omnigent.store import Store
 
-TOKEN = "test-token"
 AGENT_YAML = "name: api_agent\nprompt: be brief\nexecutor:\n  harness: openai-chat\n  model: m1\n"
+
+
+async def start_server(nursery, store: Store, **kwargs):
+    """A server with no client token (as `omnigent server` on loopback) and a host link in memory."""
+    server_end, host_end = memory_link()
+    handle = await nursery.start(lambda task_status: run_server(
+        store, bind_socket(), token=None, host_links=[server_end], task_status=task_status, **kwargs))
+    handle.host_end = host_end
+    return handle
 
 
 @pytest.fixture
 async def server(nursery, tmp_path):
     store = Store(tmp_path / "chat.db")
-    handle = await nursery.start(lambda task_status: run_server(
-        store, bind_socket(), token=TOKEN, runner_wait=2.0, ping_interval=0.2,
-        task_status=task_status))
+    handle = await start_server(nursery, store, runner_wait=2.0, ping_interval=0.2)
     yield handle
     await handle.aclose()
     store.close()
+
+
+def host_secret(server, runner_id: str) -> str:
+    """What a host does before it launches a runner: mint its secret, tell the server the hash."""
+    secret = mint_secret()
+    server.host_end.post(p.RunnerCredential(runner_id=runner_id, secret_hash=hash_secret(secret)))
+    return secret
 
 
 @pytest.fixture
@@ -47,12 +62,13 @@ def bundle(tmp_path) -> bytes:
 
 
 @asynccontextmanager
-async def fake_runner(url: str, runner_id: str = "runner_fake", *, token: str = TOKEN,
+async def fake_runner(server, runner_id: str = "runner_fake", *, secret: str | None = None,
                       reply: str = "pong!") -> AsyncIterator[dict]:
-    """Connects like a runner; answers every turn with `reply`; records what it was sent."""
+    """Connects like a host-launched runner (or with `secret`); answers every turn with `reply`."""
     seen: dict = {"turns": [], "ws": None}
-    ws_url = "ws" + url[4:] + f"/v1/runners/{runner_id}/ws"
-    async with open_websocket_url(ws_url, extra_headers=[("Authorization", f"Bearer {token}")]) as ws:
+    secret = secret or host_secret(server, runner_id)
+    ws_url = "ws" + server.url[4:] + f"/v1/runners/{runner_id}/ws"
+    async with open_websocket_url(ws_url, extra_headers=[("Authorization", f"Bearer {secret}")]) as ws:
         seen["ws"] = ws
         await ws.send_message(p.encode(p.Hello(runner_id=runner_id, pid=1234,
                                                protocol_version=p.PROTOCOL_VERSION, harnesses=["openai-chat"])))
@@ -135,7 +151,7 @@ async def test_session_crud_and_bad_patches(server, bundle):
 
 
 async def test_turn_round_trip_persists_once_and_streams(server, bundle):
-    async with OmnigentClient(server.url) as client, fake_runner(server.url) as runner:
+    async with OmnigentClient(server.url) as client, fake_runner(server) as runner:
         sid = (await client.create_session(bundle))["id"]
         result = await client.run_turn(sid, "first question")
         assert (result.status, result.text) == ("completed", "pong!")
@@ -171,7 +187,7 @@ async def test_turn_round_trip_persists_once_and_streams(server, bundle):
 
 
 async def test_sse_stream_serves_missed_events(server, bundle):
-    async with OmnigentClient(server.url) as client, fake_runner(server.url):
+    async with OmnigentClient(server.url) as client, fake_runner(server):
         sid = (await client.create_session(bundle))["id"]
         await client.run_turn(sid, "hello")
         async with httpx.AsyncClient(base_url=server.url) as http:
@@ -205,7 +221,7 @@ async def test_message_sent_before_runner_connects_runs_when_it_does(server, bun
         async with client.events(sid) as stream:
             await anext(stream)
             posted = await client.post_message(sid, "early")
-            async with fake_runner(server.url, reply="late but fine"):
+            async with fake_runner(server, reply="late but fine"):
                 from omnigent.client.client import follow_turn
 
                 with trio.fail_after(5):
@@ -215,23 +231,23 @@ async def test_message_sent_before_runner_connects_runs_when_it_does(server, bun
 
 async def test_bad_runner_is_cut_off_and_others_keep_working(server, bundle):
     ws_base = "ws" + server.url[4:]
-    # wrong token: refused at the handshake
-    with pytest.raises(Exception):
-        async with open_websocket_url(f"{ws_base}/v1/runners/runner_x/ws",
-                                      extra_headers=[("Authorization", "Bearer wrong")]):
-            pass
-    async with fake_runner(server.url) as good:
+    # no secret: refused with 4003
+    async with open_websocket_url(f"{ws_base}/v1/runners/runner_x/ws") as ws:
+        with pytest.raises(ConnectionClosed) as info:
+            await ws.get_message()
+        assert info.value.reason.code == 4003
+    async with fake_runner(server) as good:
         # a runner speaking another protocol version gets 4002
-        async with open_websocket_url(f"{ws_base}/v1/runners/runner_old/ws",
-                                      extra_headers=[("Authorization", f"Bearer {TOKEN}")]) as ws:
+        async with open_websocket_url(f"{ws_base}/v1/runners/runner_old/ws", extra_headers=[
+                ("Authorization", f"Bearer {host_secret(server, 'runner_old')}")]) as ws:
             await ws.send_message(json.dumps({"kind": "hello", "runner_id": "runner_old", "pid": 1,
                                               "protocol_version": 99, "harnesses": []}))
             with pytest.raises(ConnectionClosed) as info:
                 await ws.get_message()
             assert info.value.reason.code == 4002
         # garbage after a good hello gets 4000 and the runner goes offline
-        async with open_websocket_url(f"{ws_base}/v1/runners/runner_bad/ws",
-                                      extra_headers=[("Authorization", f"Bearer {TOKEN}")]) as ws:
+        async with open_websocket_url(f"{ws_base}/v1/runners/runner_bad/ws", extra_headers=[
+                ("Authorization", f"Bearer {host_secret(server, 'runner_bad')}")]) as ws:
             await ws.send_message(p.encode(p.Hello(runner_id="runner_bad", pid=2,
                                                    protocol_version=p.PROTOCOL_VERSION, harnesses=[])))
             await ws.get_message()
@@ -250,11 +266,10 @@ async def test_bad_runner_is_cut_off_and_others_keep_working(server, bundle):
 
 async def test_shutdown_closes_websockets_with_1001(nursery, tmp_path, bundle):
     store = Store(tmp_path / "chat.db")
-    handle = await nursery.start(lambda task_status: run_server(
-        store, bind_socket(), token=TOKEN, task_status=task_status))
+    handle = await start_server(nursery, store)
     async with OmnigentClient(handle.url) as client:
         sid = (await client.create_session(bundle))["id"]
-        async with fake_runner(handle.url) as runner:
+        async with fake_runner(handle) as runner:
             ws = runner["ws"]
             with trio.fail_after(2):  # not hypercorn's graceful timeout
                 await handle.aclose()

@@ -334,6 +334,7 @@ class FakeRunnerLauncher:
             if script.log_line:
                 log.write(script.log_line + "\n")
         process = FakeRunnerProcess(index, runner_id, script, log_path)
+        process.secret = env["OMNIGENT_RUNNER_TOKEN"]  # the secret its host minted for it
         self.processes.append(process)
         if script.start_exit is not None:
             self.nursery.start_soon(process.exit_early, name=f"fake-runner-{index}")
@@ -346,7 +347,7 @@ class FakeRunnerLauncher:
     async def _serve(self, process: FakeRunnerProcess) -> None:
         """What the runner websocket route does: serve_runner, then the socket is gone."""
         try:
-            await serve_runner(self.state, process.runner_id, process.transport)
+            await serve_runner(self.state, process.runner_id, process.transport, process.secret)
             process.server_outcome = "returned"
         except* ConnectionError:
             process.server_outcome = "connection lost"  # quart would just end the handler
@@ -495,7 +496,7 @@ async def open_harness(
             state.host_events.links.append(server_end)   # as serve.run_server wires a host link
             nursery.start_soon(_consume_host, state, server_end)
             launcher = FakeRunnerLauncher(state, nursery, scripts, default)
-            host = Host("mem://", "t", host_end, log_dir=tmp_path / "logs", workspace=str(tmp_path),
+            host = Host("mem://", host_end, log_dir=tmp_path / "logs", workspace=str(tmp_path),
                         runners=runners, env={}, policy=policy, launcher=launcher)
             harness = Harness(tmp_path, store, hub, registry, turns, state, host, launcher, nursery,
                               server_end, host_end)
