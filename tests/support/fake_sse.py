@@ -96,4 +96,7 @@ class FakeServer:
             headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in header_lines)}
             req = Request(method, parts.path, query, headers)
             self.requests.append(req)
-            await step(req, Conn(stream))
+            try:
+                await step(req, Conn(stream))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+                pass  # the client hung up mid-step (it may, e.g. after a greeting it rejects)
