@@ -57,7 +57,7 @@ class _Answer:
     def __init__(self, turn: TurnStart, emit: Emit) -> None:
         self.turn, self._emit = turn, emit
         self.parts: list[str] = []
-        self.item_id: str | None = None  # the message being streamed, from output_item.added
+        self.item_id: str | None = None  # the endpoint's id of the message being streamed
         self.done: list[dict[str, Any]] = []
         self.started = False
 
@@ -110,6 +110,7 @@ async def respond(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Te
                 continue
             if kind == ev.TEXT_DELTA:
                 received += len(event.delta)
+                answer.item_id = answer.item_id or getattr(event, "item_id", None)
                 await answer.delta(event.delta)
             elif kind == "response.output_item.added" and getattr(event.item, "type", None) == "message":
                 answer.item_id = getattr(event.item, "id", None)
