@@ -18,22 +18,19 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 import httpx2
 import openai
 
-from protocol import TurnCompleted, TurnEvent, TurnFailed, TurnStart
+from protocol import TurnEvent, TurnFailed, TurnStart
 from protocol import events as ev
 
 from . import retry
 from ._log import one_line
 from .credentials import MissingCredentials, resolve
-from .streams import EmptyStream, chat, model_name, reasoning_effort, respond
+from .streams import Emit, EmptyStream, Terminal, chat, model_name, reasoning_effort, respond
 from .wire import chat_messages, normalize_input
 
-Emit = Callable[[TurnEvent], Awaitable[None]]
-Terminal = TurnCompleted | TurnFailed
 Harness = Callable[[openai.AsyncOpenAI, TurnStart, Emit], Awaitable[Terminal]]
 
 # retry.py is the one retry policy: exactly one HTTP request per model call.
