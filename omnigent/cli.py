@@ -57,8 +57,11 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
         raise click.ClickException(NO_ENDPOINT)
     from .tuning import tuning_from_env
 
+    from .runner.retry import policy_from_env
+
     try:
         tuning = tuning_from_env()
+        policy_from_env()  # the runners read it per turn; a bad value is said here, once
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if no_session and (resume or resume_latest):
@@ -129,8 +132,11 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
     from .store import StoreError, default_db_path
     from .tuning import tuning_from_env
 
+    from .runner.retry import policy_from_env
+
     try:
         tuning = tuning_from_env()
+        policy_from_env()  # the runners read it per turn; a bad value is said here, once
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     public = host not in LOOPBACK

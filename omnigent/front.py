@@ -82,10 +82,31 @@ class Front:
         if session_id is None:
             session_id = (await client.create_session(self.options.bundle,
                                                       workspace=self.options.workspace))["id"]
-        result = await client.run_turn(session_id, self.options.prompt or "")
+        from protocol import events as ev
+
+        from .repl.render import no_text_notice, retry_notice
+
+        streamed: list[str] = []  # this attempt's text, kept for a stream that drops mid-answer
+
+        def on_event(event: dict) -> None:
+            if event["type"] == ev.MODEL_RETRY:
+                print(retry_notice(event), file=sys.stderr, flush=True)
+            elif event["type"] == ev.RESPONSE_CREATED:
+                streamed.clear()
+            elif event["type"] == ev.TEXT_DELTA:
+                streamed.append(event["delta"])
+
+        result = await client.run_turn(session_id, self.options.prompt or "", on_event=on_event)
         if result.status == "completed":
-            print(result.text, flush=True)
+            completed = next((e for e in reversed(result.events) if e["type"] == ev.COMPLETED), None)
+            notice = no_text_notice(completed["response"].get("output") or ()) if completed else None
+            if notice is not None and not result.text.strip():
+                print(notice, file=sys.stderr, flush=True)  # stdout stays empty: no answer text
+            else:
+                print(result.text, flush=True)
             return 0
-        message = (result.error or {}).get("message") or result.status
-        print(f"Error: {message}", file=sys.stderr, flush=True)
+        error = result.error or {}
+        if error.get("code") == "stream_dropped" and streamed:
+            print("".join(streamed), flush=True)  # the partial answer; the error line says it is one
+        print(f"Error: {error.get('message') or result.status}", file=sys.stderr, flush=True)
         return 1

@@ -19,6 +19,7 @@ INPUT_CONSUMED = "session.input.consumed"  # the persisted user item
 RUNNER_LOST = "session.runner.lost"        # runner_id, cause
 RUNNER_REBOUND = "session.runner.rebound"  # old_runner_id, new_runner_id, cause
 RUNNERS_GAVE_UP = "session.runners.gave_up"  # reason: no runner will be replaced any more
+MODEL_RETRY = "session.model.retry"        # error, attempt (the next), attempts, delay (s)
 RESPONSE_CREATED = "response.created"      # a turn attempt started: turn_id, attempt
 TEXT_DELTA = "response.output_text.delta"
 ITEM_DONE = "response.output_item.done"
@@ -34,6 +35,7 @@ EVENT_TYPES: dict[str, dict[str, type | tuple[type, ...]]] = {
     RUNNER_LOST: {"runner_id": str, "cause": str},
     RUNNER_REBOUND: {"old_runner_id": str, "new_runner_id": str, "cause": str},
     RUNNERS_GAVE_UP: {"reason": str},
+    MODEL_RETRY: {"turn_id": str, "error": str, "attempt": int, "attempts": int, "delay": (int, float)},
     RESPONSE_CREATED: {"turn_id": str, "attempt": int},
     TEXT_DELTA: {"turn_id": str, "delta": str},
     ITEM_DONE: {"turn_id": str, "item": dict},

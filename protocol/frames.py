@@ -83,10 +83,14 @@ class TurnCompleted(Frame):
 
 @dataclass(frozen=True)
 class TurnFailed(Frame):
+    """Runner -> server: the turn ended without an answer; `output` is a partial one to keep
+    (e.g. the items and text streamed before the connection dropped), stored as it is."""
+
     kind: ClassVar[str] = "turn.failed"
     turn_id: str
     code: str
     message: str
+    output: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)

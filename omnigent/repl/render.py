@@ -66,6 +66,22 @@ def rebound_notice(event: dict[str, Any]) -> str:
     return text + ("; retrying your turn" if event.get("retrying") else "")
 
 
+def retry_notice(event: dict[str, Any]) -> str:
+    """One line per model retry, e.g. "model error 429 (rate limited); retrying in 1.2 s (attempt 2 of 3)"."""
+    return (f"{event['error']}; retrying in {event['delay']:.1f} s "
+            f"(attempt {event['attempt']} of {event['attempts']})")
+
+
+def no_text_notice(output: Iterable[dict[str, Any]]) -> str | None:
+    """The one line for a completed answer without text (None if it has text)."""
+    output = list(output)
+    if any(message_text(i).strip() for i in output if i.get("type", "message") == "message"):
+        return None
+    if any(i.get("type") == "reasoning" for i in output):
+        return "(the model answered with reasoning only, no text)"
+    return "(the model's answer was empty)"
+
+
 def _short_id(runner_id: str) -> str:
     return runner_id[:11] + "…"
 
@@ -218,12 +234,15 @@ class LiveRenderer:
                     con.line(shown)
         elif kind == ev.COMPLETED:
             con.end_line()
-            if turn_id not in self._shown and turn_id not in self._streamed:
-                text = "".join(message_text(i) for i in event["response"].get("output") or ()
-                               if i.get("type", "message") == "message")
-                if text:
-                    con.line(text)
+            output = event["response"].get("output") or ()
+            notice = no_text_notice(output)
+            if notice is not None:
+                con.notice(notice)
+            elif turn_id not in self._shown and turn_id not in self._streamed:
+                con.line("".join(message_text(i) for i in output if i.get("type", "message") == "message"))
             self._forget(turn_id)
+        elif kind == ev.MODEL_RETRY:
+            con.notice(retry_notice(event))
         elif kind == ev.FAILED:
             con.error(event["error"].get("message") or event["error"].get("code") or "the turn failed")
             self._forget(turn_id)

@@ -1,9 +1,13 @@
-"""The one model call a turn makes, per harness, and the clients it goes through.
+"""The one model call a turn makes: harness choice, clients, retries, errors.
 
-Pure async functions over an `AsyncOpenAI` client and an `emit` callback, so
-unit tests drive them with `httpx2.MockTransport` and no sockets. Each returns
-the turn's terminal frame (TurnCompleted or TurnFailed) instead of sending it,
-so the caller decides what a cancelled turn says.
+`execute` picks the harness (`streams.respond` for "openai-agents",
+`streams.chat` for "openai-chat"), resolves credentials, and runs the call
+under the model retry policy (`retry.py`): a transient failure before any
+output (408/409/429/5xx, a reset connection, a timeout) is announced as a
+`session.model.retry` event and tried again; anything else maps to one
+TurnFailed line. Each function returns the turn's terminal frame instead of
+sending it, so the caller decides what a cancelled turn says; unit tests
+drive it over `httpx2.MockTransport` under trio's MockClock.
 
 This module imports openai (about 0.5 s), so the runner imports it only after
 the server has acknowledged its hello (stack-notes §5, G14).
@@ -12,30 +16,29 @@ the server has acknowledged its hello (stack-notes §5, G14).
 from __future__ import annotations
 
 import os
-import uuid
+import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 import httpx2
 import openai
-import trio
 
-from protocol import TurnCompleted, TurnEvent, TurnFailed, TurnStart
+from protocol import TurnEvent, TurnFailed, TurnStart
 from protocol import events as ev
 
+from . import retry
 from ._log import one_line
 from .credentials import MissingCredentials, resolve
+from .streams import Emit, EmptyStream, Terminal, chat, model_name, reasoning_effort, respond
+from .wire import chat_messages, normalize_input
 
-Emit = Callable[[TurnEvent], Awaitable[None]]
-Terminal = TurnCompleted | TurnFailed
 Harness = Callable[[openai.AsyncOpenAI, TurnStart, Emit], Awaitable[Terminal]]
 
-# The server and supervisor own retries: exactly one model call per attempt.
+# retry.py is the one retry policy: exactly one HTTP request per model call.
 MAX_RETRIES = 0
 TIMEOUT = openai.Timeout(600.0, connect=10.0)
 
-_TEXT_PARTS = ("input_text", "output_text")
-_DROPPED_ITEM_FIELDS = ("id", "status", "created_at")
+# Status codes worth another try, and how the retry line names them.
+_TRANSIENT_STATUS = {408: "request timeout", 409: "conflict", 429: "rate limited"}
 
 
 class ClientPool:
@@ -78,9 +81,10 @@ def _new_client(api_key: str, base_url: str | None) -> openai.AsyncOpenAI:
 
 
 async def execute(
-    pool: ClientPool, turn: TurnStart, emit: Emit, environ: Mapping[str, str] = os.environ
+    pool: ClientPool, turn: TurnStart, emit: Emit, environ: Mapping[str, str] = os.environ,
+    *, rng: random.Random | None = None,
 ) -> Terminal:
-    """Run one turn: pick the harness, resolve credentials, make the call, map errors."""
+    """Run one turn: pick the harness, resolve credentials, make the call with retries, map errors."""
     name = turn.agent.get("harness") or "openai-agents"
     harness = HARNESSES.get(name)
     if harness is None:
@@ -92,16 +96,81 @@ async def execute(
     except MissingCredentials as exc:
         return TurnFailed(turn.turn_id, "auth_missing", one_line(exc))
     try:
-        return await harness(pool.get(api_key, base_url), turn, emit)
-    except openai.OpenAIError as exc:
+        policy = retry.policy_from_env(environ)
+    except ValueError as exc:  # omnigent run/server checked it; a hand-started runner may not have
+        return TurnFailed(turn.turn_id, "config_error", one_line(exc))
+    client = pool.get(api_key, base_url)
+    started = False
+
+    async def relay(frame: TurnEvent) -> None:
+        nonlocal started
+        started = True
+        await emit(frame)
+
+    async def announce(step: retry.Retrying) -> None:
+        await emit(TurnEvent(turn.turn_id, ev.make_event(
+            ev.MODEL_RETRY, turn_id=turn.turn_id, error=step.reason, attempt=step.attempt,
+            attempts=step.attempts, delay=step.delay)))
+
+    try:
+        return await retry.call_with_retries(
+            lambda: harness(client, turn, relay), policy, classify=transient,
+            output_started=lambda: started, notify=announce, rng=rng)
+    except retry.GaveUp as exc:
+        return TurnFailed(turn.turn_id, "model_error", one_line(f"{describe_error(exc.error)} ({exc.note})"))
+    except (openai.OpenAIError, httpx2.HTTPError, EmptyStream) as exc:
         return TurnFailed(turn.turn_id, "model_error", describe_error(exc))
-    except httpx2.HTTPError as exc:  # a transport error the SDK did not wrap
-        return TurnFailed(turn.turn_id, "model_error", one_line(f"Connection error: {exc!r}"))
 
 
-def describe_error(exc: openai.OpenAIError) -> str:
+def transient(exc: BaseException) -> retry.Transient | None:
+    """Whether a failed call may be tried again (the caller checks that no output had begun)."""
+    if isinstance(exc, openai.APIStatusError):
+        code = exc.status_code
+        if code in _TRANSIENT_STATUS or code >= 500:
+            label = _TRANSIENT_STATUS.get(code) or "server error"
+            return retry.Transient(f"model error {code} ({label})", _retry_after(exc.response.headers))
+        return None
+    if isinstance(exc, openai.APITimeoutError) or isinstance(exc, httpx2.TimeoutException):
+        return retry.Transient("model error: the request timed out")
+    if isinstance(exc, (openai.APIConnectionError, httpx2.TransportError)):
+        return retry.Transient("model error: could not reach the model endpoint")
+    if isinstance(exc, EmptyStream):
+        return retry.Transient("model error: the stream ended before any output")
+    return None
+
+
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    """Seconds from `retry-after-ms` or `retry-after` (seconds or an HTTP date), if given."""
+    raw = headers.get("retry-after-ms")
+    if raw:
+        try:
+            return float(raw) / 1000
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    import email.utils
+    import time
+
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())  # wall clock: the header is a wall-clock date
+
+
+def describe_error(exc: BaseException) -> str:
     """One line a user can act on, e.g. "Error code: 500 - mock failure"."""
-    if not isinstance(exc, openai.APIError):
+    if isinstance(exc, EmptyStream):
+        text = str(exc)
+    elif isinstance(exc, httpx2.HTTPError):  # a transport error the SDK did not wrap
+        text = f"Connection error: {exc!r}"
+    elif not isinstance(exc, openai.APIError):
         text = str(exc) or type(exc).__name__
     elif isinstance(exc, openai.APITimeoutError):
         text = f"Request timed out: no answer from {_url(exc)}"
@@ -127,166 +196,7 @@ def _url(exc: openai.APIError) -> str:
         return "the model endpoint"
 
 
-def reasoning_effort(turn: TurnStart) -> str | None:
-    return turn.reasoning_effort or turn.agent.get("reasoning_effort") or None
-
-
-def model_name(turn: TurnStart) -> str:
-    # Exactly as given: mock queues and providers key on it (reference §6.2).
-    return turn.model or turn.agent.get("model") or ""
-
-
-# --- harness "openai-agents": the Responses API ------------------------------
-
-
-def normalize_input(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The history as the Responses API accepts it back as input.
-
-    Stored items carry ids, statuses and timestamps the API rejects on input,
-    and a message's text parts must be `input_text` for user/system turns and
-    `output_text` for the assistant's own.
-    """
-    out = []
-    for item in items:
-        kind = item.get("type", "message" if "role" in item else None)
-        if kind != "message":
-            out.append({k: v for k, v in item.items() if k not in _DROPPED_ITEM_FIELDS})
-            continue
-        role = item.get("role")
-        content = item.get("content")
-        if isinstance(content, list):
-            text_type = "output_text" if role == "assistant" else "input_text"
-            content = [
-                {"type": text_type, "text": part.get("text") or ""}
-                if isinstance(part, dict) and part.get("type") in _TEXT_PARTS else part
-                for part in content
-            ]
-        out.append({"type": "message", "role": role, "content": content})
-    return out
-
-
-async def respond(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Terminal:
-    kwargs: dict[str, Any] = {"model": model_name(turn), "input": normalize_input(turn.input), "stream": True}
-    if turn.agent.get("instructions"):
-        kwargs["instructions"] = turn.agent["instructions"]
-    effort = reasoning_effort(turn)
-    if effort:
-        kwargs["reasoning"] = {"effort": effort}
-    stream = await client.responses.create(**kwargs)
-    done_items: list[dict[str, Any]] = []
-    terminal: Terminal | None = None
-    try:
-        async for event in stream:
-            kind = event.type
-            if terminal is not None:
-                # Read to the end (the terminal event is the last one anyway):
-                # leaving early hands openai's generators to the GC (G5).
-                continue
-            if kind == ev.TEXT_DELTA:
-                await emit(_event(turn, ev.TEXT_DELTA, delta=event.delta))
-            elif kind == ev.ITEM_DONE:
-                item = _dump(event.item)
-                done_items.append(item)
-                await emit(_event(turn, ev.ITEM_DONE, item=item))
-            elif kind in ("response.completed", "response.incomplete"):
-                # incomplete (token limit, filter) still answered: keep what came
-                response = event.response
-                output = [_dump(i) for i in response.output or []] or done_items
-                usage = _dump(response.usage) if response.usage is not None else None
-                terminal = TurnCompleted(turn.turn_id, response.id, output, usage)
-            elif kind == "response.failed":
-                error = event.response.error
-                message = f"{error.code}: {error.message}" if error is not None else "response failed"
-                terminal = TurnFailed(turn.turn_id, "model_error", one_line(message))
-            elif kind == "error":
-                message = f"{event.code}: {event.message}" if event.code else event.message
-                terminal = TurnFailed(turn.turn_id, "model_error", one_line(message or "stream error"))
-    finally:
-        await _close(stream)
-    if terminal is not None:
-        return terminal
-    return TurnFailed(turn.turn_id, "model_error", "the model stream ended before response.completed")
-
-
-# --- harness "openai-chat": Chat Completions ---------------------------------
-
-
-def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The history as chat messages: role + plain text; non-message items have no chat form."""
-    messages = [{"role": "system", "content": instructions}] if instructions else []
-    for item in items:
-        if item.get("type", "message") != "message":
-            continue
-        role = item.get("role")
-        if role not in ("user", "assistant", "system", "developer"):
-            continue
-        content = item.get("content")
-        if isinstance(content, list):
-            content = "".join(
-                part.get("text") or "" for part in content
-                if isinstance(part, dict) and part.get("type") in _TEXT_PARTS
-            )
-        elif not isinstance(content, str):
-            continue
-        # "developer" is not understood by every OpenAI-compatible server
-        messages.append({"role": "system" if role == "developer" else role, "content": content})
-    return messages
-
-
-async def chat(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Terminal:
-    kwargs: dict[str, Any] = {
-        "model": model_name(turn),
-        "messages": chat_messages(turn.agent.get("instructions"), turn.input),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    effort = reasoning_effort(turn)
-    if effort:
-        kwargs["reasoning_effort"] = effort
-    stream = await client.chat.completions.create(**kwargs)
-    parts: list[str] = []
-    usage = None
-    try:
-        async for chunk in stream:
-            if chunk.usage is not None:
-                usage = {
-                    "input_tokens": chunk.usage.prompt_tokens,
-                    "output_tokens": chunk.usage.completion_tokens,
-                    "total_tokens": chunk.usage.total_tokens,
-                }
-            for choice in chunk.choices or []:
-                delta = choice.delta.content if choice.delta is not None else None
-                if delta:
-                    parts.append(delta)
-                    await emit(_event(turn, ev.TEXT_DELTA, delta=delta))
-    finally:
-        await _close(stream)
-    item = {
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": "".join(parts)}],
-    }
-    await emit(_event(turn, ev.ITEM_DONE, item=item))
-    return TurnCompleted(turn.turn_id, f"resp_{uuid.uuid4().hex}", [item], usage)
-
-
 HARNESSES: dict[str, Harness] = {"openai-agents": respond, "openai-chat": chat}
 
-
-# --- helpers -----------------------------------------------------------------
-
-
-def _event(turn: TurnStart, type_: str, **fields: Any) -> TurnEvent:
-    return TurnEvent(turn.turn_id, ev.make_event(type_, turn_id=turn.turn_id, **fields))
-
-
-def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(mode="json", exclude_none=True)
-
-
-async def _close(stream: Any) -> None:
-    # Shielded and bounded: after a cancel the connection must still be released.
-    with trio.move_on_after(1) as scope:
-        scope.shield = True
-        await stream.close()
+__all__ = ["HARNESSES", "ClientPool", "chat", "chat_messages", "describe_error", "execute", "model_name",
+           "normalize_input", "prewarm", "reasoning_effort", "respond", "transient"]

@@ -19,6 +19,7 @@ import protocol as p
 from protocol import events as ev
 
 from ..store import Store
+from .history import build_history
 from .hub import EventHub
 from .registry import RunnerConn, RunnerRegistry
 
@@ -193,6 +194,8 @@ class TurnService:
                         self.hub.publish(session_id, ev.CANCELLED, turn_id=turn_id)
                         self.hub.publish(session_id, ev.SESSION_STATUS, status="idle")
                     else:
+                        if frame.output:  # a partial answer (stream dropped): kept, marked incomplete
+                            self.store.append_turn_output(session_id, turn_id, frame.output, None)
                         self._fail(session_id, turn_id, frame.code, frame.message)
                     return "failed"
             return "lost"
@@ -224,12 +227,7 @@ class TurnService:
         raise NoRunner(f"no runner came online within {self.runner_wait:g} s")
 
     def _history(self, session_id: str, input_item_id: str) -> list[dict[str, Any]]:
-        history = []
-        for item in self.store.list_items(session_id):
-            history.append(item)
-            if item["id"] == input_item_id:
-                break
-        return history
+        return build_history(self.store.list_items(session_id), input_item_id)
 
     def _relay(self, session_id: str, turn_id: str, event: dict[str, Any]) -> None:
         try:

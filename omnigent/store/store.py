@@ -369,7 +369,7 @@ class Store:
                         wire["type"],
                         wire["status"],
                         wire.get("role"),
-                        json.dumps(wire),
+                        json.dumps(_stored_data(item, wire)),
                         now,
                     ],
                 )
@@ -678,6 +678,7 @@ def _turn(row: dict | None) -> dict | None:
 
 
 def _wire_item(item: dict, *, response_id: str | None, status: str | None, created_at: float) -> dict:
+    """The item as the API lists it: the item itself plus omnigent's fields (id, status, response_id, created_at)."""
     if not isinstance(item, dict):
         raise TypeError(f"an item must be a dict, not {type(item).__name__}")
     item_type = item.get("type") or ("message" if "role" in item else None)
@@ -694,8 +695,16 @@ def _wire_item(item: dict, *, response_id: str | None, status: str | None, creat
     return wire
 
 
+def _stored_data(item: dict, wire: dict) -> dict:
+    # The JSON copy is the item as its author (the endpoint, the client) sent it, with its id
+    # (the endpoint's, else omnigent's): omnigent's own fields live in their columns only, so
+    # what goes back to a model is what came from it (server/history.py).
+    return {"id": wire["id"], "type": wire["type"],
+            **{k: v for k, v in item.items() if k not in ("id", "type", "response_id", "created_at")}}
+
+
 def _item(row: tuple) -> dict:
-    # Columns are authoritative over the JSON copy.
+    # Columns are authoritative over the JSON copy (which, before 0.2, also held them).
     item_id, item_type, status, response_id, created_at, data = row
     wire = json.loads(data)
     wire.update(id=item_id, type=item_type, status=status, response_id=response_id, created_at=created_at)

@@ -13,10 +13,12 @@ Protocol summary (details in the route docstrings):
   next entry (exhausted: fallback or text "Mock LLM response"). Entry fields:
   `text`, `tool_calls` [{name, arguments, call_id?}], `native_items` (raw
   Responses output items), `stream` (per-word text deltas), `block` (park
-  until released), `error` (+ `status_code`, default 500), and
-  `should_retry` (bool, sent as the `x-should-retry` header the openai SDK
-  obeys; without it the SDK retries 408/409/429/5xx up to twice, consuming
-  further entries).
+  until released), `error` (+ `status_code`, default 500, and
+  `retry_after`, sent as the `Retry-After` header), `should_retry` (bool,
+  sent as the `x-should-retry` header the openai SDK obeys; without it the
+  SDK retries 408/409/429/5xx up to twice, consuming further entries), and
+  `drop_after` (int: a streamed answer sends that many characters of its
+  text, then the connection is aborted with no terminal event).
 * `GET /v1/models`, `POST /mock/configure`, `POST /mock/set_fallback`,
   `POST /mock/reset`, `GET /mock/requests?key=`, `GET /stats`.
 * Gates: `GET /gate/pending` -> `{"pending": [{"gate_id", "key", "model",
@@ -102,7 +104,12 @@ def create_app() -> QuartTrio:
             headers = {}
             if isinstance(entry.get("should_retry"), bool):
                 headers["x-should-retry"] = "true" if entry["should_retry"] else "false"
+            if entry.get("retry_after") is not None:
+                headers["Retry-After"] = str(entry["retry_after"])
             return error, status, headers
+        if entry.get("drop_after") is not None and body.get("stream") is True:
+            build_dropped = payloads.dropped_response_sse if api == "responses" else payloads.dropped_chat_sse
+            return _dropping_response(app, build_dropped(entry, model))
         if body.get("stream") is not True:
             if api == "responses":
                 return payloads.response_json(entry, model)
@@ -186,6 +193,21 @@ def create_app() -> QuartTrio:
         return {"released": released, "count": len(released)}
 
     return app
+
+
+class StreamDropped(Exception):
+    """Raised inside a response body on purpose: the server aborts the connection mid-stream."""
+
+
+def _dropping_response(app: QuartTrio, head: str) -> Any:
+    async def body() -> Any:
+        if head:
+            yield head.encode()
+            await trio.sleep(0.05)  # let the head reach the client before the connection breaks
+        raise StreamDropped("mock LLM: dropping the stream as scripted (drop_after)")
+
+    return app.response_class(body(), status=200, content_type="text/event-stream",
+                              headers={"Cache-Control": "no-cache"})
 
 
 def _bind(host: str, port: int) -> str:

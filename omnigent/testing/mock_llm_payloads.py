@@ -162,6 +162,40 @@ def _frame(event: dict[str, Any]) -> str:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
 
 
+def dropped_response_sse(entry: dict[str, Any], model: str) -> str:
+    """The frames a streamed Responses answer sends before its connection drops.
+
+    `drop_after` is how many characters of the text arrive (as deltas) first:
+    response.created, output_item.added, then text deltas up to that many
+    characters, and nothing after (no done, no response.completed).
+    """
+    text = entry_text(entry) or ""
+    sent = text[: entry["drop_after"]]
+    response_id = _new_id("resp_")
+    item = _message_item(sent, done=False)
+    events = [
+        {"type": "response.created", "response": response_object(
+            response_id=response_id, model=model, created_at=int(time.time()), output=[], text=None,
+            completed=False)},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+    ]
+    place = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+    events += [{"type": "response.output_text.delta", "delta": piece, "logprobs": [], **place}
+               for piece in _WORD_PIECES.findall(sent)]
+    return "".join(_frame({**event, "sequence_number": n}) for n, event in enumerate(events))
+
+
+def dropped_chat_sse(entry: dict[str, Any], model: str) -> str:
+    """The chunks a streamed chat answer sends before its connection drops: `drop_after` characters, no finish."""
+    sent = (_chat_text(entry) or "")[: entry["drop_after"]]
+    if not sent:
+        return ""
+    chunk = {"id": _new_id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()),
+             "model": model, "choices": [{"index": 0, "delta": {"role": "assistant", "content": sent},
+                                          "finish_reason": None, "logprobs": None}]}
+    return f"data: {json.dumps(chunk)}\n\n"
+
+
 def response_sse(entry: dict[str, Any], model: str) -> str:
     """The streaming `POST /v1/responses` body, all frames in one string.
 

@@ -55,6 +55,12 @@ def normalize_entry(raw: Any) -> dict[str, Any]:
         not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599
     ):
         raise EntryError("entry.status_code must be an HTTP status integer")
+    retry_after = entry.get("retry_after")
+    if retry_after is not None and (isinstance(retry_after, bool) or not isinstance(retry_after, (int, float, str))):
+        raise EntryError("entry.retry_after must be a number of seconds or an HTTP date string")
+    drop = entry.get("drop_after")
+    if drop is not None and (isinstance(drop, bool) or not isinstance(drop, int) or drop < 0):
+        raise EntryError("entry.drop_after must be a number of characters (0 or more)")
     return entry
 
 

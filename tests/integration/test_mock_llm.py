@@ -308,6 +308,33 @@ async def test_error_entry_raises_api_status_error(http, llm):
     assert await ask(llm) == "after errors"
 
 
+async def test_error_entry_sends_retry_after(http, llm):
+    await configure(http, [{"error": "slow down", "status_code": 429, "retry_after": 1.5}])
+    with pytest.raises(openai.RateLimitError) as caught:
+        await llm.responses.create(model="m", input="hi")
+    assert caught.value.response.headers["retry-after"] == "1.5"
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_drop_after_sends_that_much_text_then_breaks_the_connection(http, llm, api):
+    await configure(http, [{"text": "one two three", "stream": True, "drop_after": 8}])
+    received = []
+    with pytest.raises(openai.APIConnectionError):
+        if api == "responses":
+            stream = await llm.responses.create(model="m", input="hi", stream=True)
+            async for event in stream:
+                assert event.type not in ("response.completed", "response.output_item.done")
+                if event.type == "response.output_text.delta":
+                    received.append(event.delta)
+        else:
+            stream = await llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                       stream=True)
+            async for chunk in stream:
+                assert chunk.choices[0].finish_reason is None
+                received.append(chunk.choices[0].delta.content)
+    assert "".join(received) == "one two "
+
+
 async def test_should_retry_false_stops_sdk_retries(url, http):
     await configure(http, [{"error": "boom", "status_code": 503, "should_retry": False}, "next"])
     # Default retries (2): without the header the SDK would retry and get "next".
@@ -437,6 +464,8 @@ async def test_bad_json_is_a_400_json_error(http, path):
     {"responses": [{"text": 5}]},
     {"responses": [{"tool_calls": [{"arguments": "{}"}]}]},
     {"responses": [{"error": True, "status_code": "500"}]},
+    {"responses": [{"error": True, "retry_after": [1]}]},
+    {"responses": [{"text": "x", "drop_after": -1}]},
     {"key": 3, "responses": []},
 ])
 async def test_bad_configure_bodies_are_400(http, body):

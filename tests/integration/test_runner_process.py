@@ -301,17 +301,30 @@ async def test_turns_of_different_sessions_run_concurrently(spawn, server, llm):
 
 async def test_model_error_fails_the_turn_and_the_runner_keeps_serving(spawn, server, llm):
     _, http = llm
-    await configure(http, [{"error": "mock failure", "status_code": 500}, {"text": "SECOND"}])
+    await configure(http, [{"error": "mock failure", "status_code": 400}, {"text": "SECOND"}])
     _, conn = await online(spawn, server)
     first = make_turn()
-    assert await conn.turn(first) == [TurnFailed(first.turn_id, "model_error", "Error code: 500 - mock failure")]
+    assert await conn.turn(first) == [TurnFailed(first.turn_id, "model_error", "Error code: 400 - mock failure")]
     second = await conn.turn(make_turn())
     assert [text_of(i) for i in second[-1].output] == ["SECOND"]
-    assert (await http.get("/stats")).json()["request_count"] == 2  # no hidden retries
+    assert (await http.get("/stats")).json()["request_count"] == 2  # a 400 is not retried
+
+
+async def test_transient_model_error_is_retried_once_visibly(spawn, server, llm):
+    _, http = llm
+    await configure(http, [{"error": "busy", "status_code": 503, "retry_after": 0.1}, {"text": "SECOND"}])
+    _, conn = await online(spawn, server)
+    frames = await conn.turn(make_turn())
+    retry = [f.event for f in frames if isinstance(f, TurnEvent) and f.event["type"] == "session.model.retry"]
+    assert [(r["error"], r["attempt"], r["attempts"], r["delay"]) for r in retry] == [
+        ("model error 503 (server error)", 2, 3, 0.1)]
+    assert [text_of(i) for i in frames[-1].output] == ["SECOND"]
+    assert (await http.get("/stats")).json()["request_count"] == 2  # the openai client itself never retries
 
 
 async def test_unreachable_model_and_missing_credentials_are_turn_failures(spawn, server):
-    _, conn = await online(spawn, server, env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+    _, conn = await online(spawn, server, env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+                                                "OMNIGENT_MODEL_ATTEMPTS": "1"})
     [failed] = await conn.turn(make_turn())
     assert failed.code == "model_error"
     assert failed.message.startswith("Connection error: could not reach http://127.0.0.1:9/v1/responses")

@@ -17,6 +17,8 @@ SAMPLES = [
     p.TurnEvent(turn_id="turn_1", event={"type": "response.output_text.delta", "delta": "x"}),
     p.TurnCompleted(turn_id="turn_1", response_id="resp_1", output=[{"type": "message"}], usage=None),
     p.TurnFailed(turn_id="turn_1", code="model_error", message="boom"),
+    p.TurnFailed(turn_id="turn_1", code="stream_dropped", message="the model's stream ended after 3 characters",
+                 output=[{"type": "message", "role": "assistant", "status": "incomplete", "content": []}]),
     p.Cancel(turn_id="turn_1"),
     p.Ping(ts=1.0),
     p.Pong(ts=2),
@@ -80,11 +82,15 @@ def test_oversized_frame_is_refused_before_parsing():
 def test_events_are_checked():
     ev = p.make_event("response.output_text.delta", turn_id="t", delta="hi")
     assert p.decode_event(json.dumps({**ev, "sequence_number": 3}))["delta"] == "hi"
+    retry = p.make_event("session.model.retry", turn_id="t", error="model error 429 (rate limited)", attempt=2,
+                         attempts=3, delay=1.2)
+    assert p.decode_event(json.dumps(retry)) == retry
     for bad in (
         {"type": "response.nope"},
         {"type": "response.output_text.delta", "turn_id": "t"},
         {"type": "response.created", "turn_id": "t", "attempt": True},
         {"type": "session.heartbeat", "sequence_number": "1"},
+        {"type": "session.model.retry", "turn_id": "t", "error": "x", "attempt": 2, "attempts": 3, "delay": "1"},
     ):
         with pytest.raises(ProtocolError):
             p.decode_event(bad)

@@ -173,3 +173,32 @@ async def test_pipe_input_splits_lines_across_chunks_and_ends_with_eof():
         pass
     else:
         raise AssertionError("no EOFError at the end of input")
+
+
+def test_live_renderer_says_retries_and_textless_answers_in_one_line():
+    out, err = io.StringIO(), io.StringIO()
+    live = LiveRenderer(Console(tty=False, out=out, err=err))
+    live.event({"type": ev.RESPONSE_CREATED, "turn_id": "t1", "attempt": 1})
+    live.event({"type": ev.MODEL_RETRY, "turn_id": "t1", "error": "model error 429 (rate limited)",
+                "attempt": 2, "attempts": 3, "delay": 1.234})
+    live.event({"type": ev.ITEM_DONE, "turn_id": "t1", "item": {"type": "reasoning", "summary": []}})
+    live.event({"type": ev.COMPLETED, "turn_id": "t1",
+                "response": {"output": [{"type": "reasoning", "summary": []}]}})
+    live.event({"type": ev.RESPONSE_CREATED, "turn_id": "t2", "attempt": 1})
+    live.event({"type": ev.COMPLETED, "turn_id": "t2", "response": {"output": []}})
+    assert out.getvalue() == ""  # no empty answer line
+    assert err.getvalue().splitlines() == [
+        "model error 429 (rate limited); retrying in 1.2 s (attempt 2 of 3)",
+        "(the model answered with reasoning only, no text)",
+        "(the model's answer was empty)",
+    ]
+
+
+def test_live_renderer_keeps_a_dropped_streams_text_and_says_why():
+    out, err = io.StringIO(), io.StringIO()
+    live = LiveRenderer(Console(tty=False, out=out, err=err))
+    live.event({"type": ev.TEXT_DELTA, "turn_id": "t1", "delta": "half an"})
+    live.event({"type": ev.FAILED, "turn_id": "t1",
+                "error": {"code": "stream_dropped", "message": "the model's stream ended after 7 characters"}})
+    assert out.getvalue() == "half an\n"
+    assert err.getvalue() == "Error: the model's stream ended after 7 characters\n"

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from omnigent.runner import credentials, harness, main
+from omnigent.runner.streams import EmptyStream
 from protocol import TurnCompleted, TurnEvent, TurnFailed, TurnStart, decode, encode
 from protocol.events import decode_event
 
@@ -121,29 +122,20 @@ async def llm_factory():
 # --- input normalization ------------------------------------------------------
 
 
-def test_normalize_input_keeps_only_what_the_api_accepts():
-    out = harness.normalize_input([USER, ASSISTANT, USER2])
+def test_normalize_input_sends_items_as_received_without_omnigent_fields():
+    stored = {**ASSISTANT, "response_id": "resp_1", "turn_id": "turn_0"}
+    out = harness.normalize_input([{"role": "user", "content": USER["content"]}, stored])
     assert out == [
-        USER,
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]},
+        {"role": "user", "content": USER["content"]},
+        {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+         "content": [{"type": "output_text", "text": "hello", "annotations": []}]},
     ]
 
 
-def test_normalize_input_fixes_part_types_by_role_and_keeps_other_items():
-    items = [
-        {"role": "user", "content": "plain string"},
-        {"type": "message", "role": "assistant", "content": [{"type": "input_text", "text": "x"}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:"}]},
-        {"type": "function_call", "id": "fc_1", "status": "completed", "call_id": "c1", "name": "f",
-         "arguments": "{}"},
-    ]
-    assert harness.normalize_input(items) == [
-        {"type": "message", "role": "user", "content": "plain string"},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "x"}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:"}]},
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-    ]
+def test_chat_messages_alternate_after_items_without_chat_form():
+    items = [USER, {"type": "function_call", "id": "fc_1", "call_id": "c", "name": "f", "arguments": "{}"},
+             {**ASSISTANT, "content": [{"type": "output_text", "text": ""}]}, USER2]
+    assert harness.chat_messages(None, items) == [{"role": "user", "content": "hi\n\nagain"}]
 
 
 def test_chat_messages_flatten_history():
@@ -210,10 +202,10 @@ async def test_responses_failed_event_is_a_turn_failure(llm_factory):
     assert result == TurnFailed("turn_1", "model_error", "server_error: the model fell over")
 
 
-async def test_responses_stream_without_completion_fails(llm_factory):
+async def test_responses_stream_without_output_or_completion_is_retryable(llm_factory):
     _, client = llm_factory(sse_response(sse([])))
-    result = await harness.respond(client, make_turn(), Recorder())
-    assert isinstance(result, TurnFailed) and result.code == "model_error"
+    with pytest.raises(EmptyStream):
+        await harness.respond(client, make_turn(), Recorder())
 
 
 # --- openai-chat (Chat Completions) -------------------------------------------
@@ -229,8 +221,13 @@ def chat_chunk(content: str | None, usage: dict | None = None) -> dict[str, Any]
     return chunk
 
 
+def chat_finish() -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "mock-model",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+
+
 async def test_chat_request_events_and_completion(llm_factory):
-    body = sse([chat_chunk("HEL"), chat_chunk("LO"),
+    body = sse([chat_chunk("HEL"), chat_chunk("LO"), chat_finish(),
                 chat_chunk(None, {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9})], done=True)
     fake, client = llm_factory(sse_response(body))
     emit = Recorder()
@@ -246,10 +243,10 @@ async def test_chat_request_events_and_completion(llm_factory):
         "stream_options": {"include_usage": True},
         "reasoning_effort": "low",
     }
-    item = {"type": "message", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": "HELLO"}]}
+    item = emit.frames[-1].event["item"]
+    assert item == {"id": item["id"], "type": "message", "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": "HELLO", "annotations": []}]}
     assert emit.types == ["response.output_text.delta", "response.output_text.delta", "response.output_item.done"]
-    assert emit.frames[-1].event["item"] == item
     assert isinstance(result, TurnCompleted)
     assert result.response_id.startswith("resp_") and len(result.response_id) == 5 + 32
     assert result.output == [item]
@@ -270,12 +267,13 @@ class StubPool:
 
 
 ENV = {"OPENAI_API_KEY": "env-key", "OPENAI_BASE_URL": "http://env/v1"}
+ONE_ATTEMPT = {**ENV, "OMNIGENT_MODEL_ATTEMPTS": "1"}  # error mapping without the retry policy
 
 
 async def test_execute_maps_http_error_to_one_line_model_error(llm_factory):
     error = httpx2.Response(500, json={"error": {"message": "mock failure", "type": "mock_error"}})
     fake, client = llm_factory(error)
-    result = await harness.execute(StubPool(client), make_turn(), Recorder(), ENV)
+    result = await harness.execute(StubPool(client), make_turn(), Recorder(), ONE_ATTEMPT)
     assert result == TurnFailed("turn_1", "model_error", "Error code: 500 - mock failure")
     assert len(fake.requests) == 1  # max_retries=0: exactly one model call
 
@@ -287,7 +285,7 @@ async def test_execute_maps_connection_error(llm_factory):
     client = openai.AsyncOpenAI(api_key="x", base_url="http://mock/v1", max_retries=0,
                                 http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(refuse)))
     try:
-        result = await harness.execute(StubPool(client), make_turn(), Recorder(), ENV)
+        result = await harness.execute(StubPool(client), make_turn(), Recorder(), ONE_ATTEMPT)
     finally:
         await client.close()
     assert isinstance(result, TurnFailed) and result.code == "model_error"
@@ -307,7 +305,7 @@ async def test_execute_unknown_harness():
 
 
 async def test_execute_uses_env_credentials_and_dispatches_chat(llm_factory):
-    fake, client = llm_factory(sse_response(sse([chat_chunk("ok")], done=True)))
+    fake, client = llm_factory(sse_response(sse([chat_chunk("ok"), chat_finish()], done=True)))
     pool = StubPool(client)
     result = await harness.execute(pool, make_turn("openai-chat"), Recorder(), ENV)
     assert isinstance(result, TurnCompleted)
@@ -377,7 +375,7 @@ async def test_execute_maps_timeout(llm_factory):
     client = openai.AsyncOpenAI(api_key="x", base_url="http://mock/v1", max_retries=0,
                                 http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(hang)))
     try:
-        result = await harness.execute(StubPool(client), make_turn(), Recorder(), ENV)
+        result = await harness.execute(StubPool(client), make_turn(), Recorder(), ONE_ATTEMPT)
     finally:
         await client.close()
     assert result == TurnFailed("turn_1", "model_error",
