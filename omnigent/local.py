@@ -4,6 +4,13 @@ The listening socket is bound first and the host launches its runner before
 the server's heavy imports happen, so runner start-up (dominated by importing
 openai) overlaps server start-up. Leaving the front end ends the tree in
 order: runners first (so none is restarted), then the server, then the store.
+
+What can fail on disk is checked before the runner is launched, with
+nothing written when it fails: the data dir (0700), free space, the store
+file (`check_store`: sqlite3 only, so the launch is not delayed), the log.
+The store itself (sqlite-utils, migrations) is opened while the runner
+imports openai; a failure there still leaves the tree as one bare
+`StoreError`, never inside an ExceptionGroup, so the CLI prints one line.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from supervisor import RestartPolicy
 from .host import Host
 from .host.pool import DEFAULT_POLICY
 from .link import memory_link
+from .dirs import check_free_space, private_dir
 from .logs import close_log, logs_dir, open_log, prune
 from .tuning import Tuning
 
@@ -47,17 +55,23 @@ async def run_tree(
     """Run a front end against a fresh in-process server and runner pool; returns the exit code.
 
     `make_front` is called only after the runner is launched, so the front
-    end's imports (httpx, ...) overlap the runner's start-up too.
+    end's imports (httpx, ...) overlap the runner's start-up too. Raises
+    StoreError or DiskError (one line each, nothing written) when the store,
+    the data dir or the logs (`logs_dir()`) cannot be used.
     """
     from .server.sockets import LOOPBACK, bind_socket, url_of
 
     sock = bind_socket(*bind)
+    try:
+        log_root = logs_dir()
+        log_handler = _open_files(Path(db_path), log_root)
+    except BaseException:
+        sock.close()
+        raise
     url = url_of(sock)
     token = token or secrets.token_urlsafe(32)
     server_end, host_end = memory_link()
-    log_handler = open_log("host")
-    prune(logs_dir() / "runner")
-    host = Host(url, token, host_end, log_dir=logs_dir(), workspace=workspace or os.getcwd(),
+    host = Host(url, token, host_end, log_dir=log_root, workspace=workspace or os.getcwd(),
                 runners=runners, policy=policy)
     exit_code = 0
     store = None
@@ -79,9 +93,12 @@ async def run_tree(
                     await host.first_launch.wait()
             from .client import OmnigentClient
             from .server.serve import run_server
-            from .store import Store
+            from .store import Store, StoreError
 
-            store = Store(db_path)
+            try:
+                store = Store(db_path)
+            except StoreError as exc:
+                raise _Escaping(exc) from None
             front = make_front()
             server = await nursery.start(lambda task_status: run_server(
                 store, sock, token=token, host_links=[server_end], runner_wait=tuning.runner_wait,
@@ -112,8 +129,53 @@ async def run_tree(
                         await host_done.wait()  # runners stopped before the server goes
                     await server.aclose()
                 nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        escaping = _only(group, _Escaping)
+        if escaping is None:
+            raise
+        raise escaping.error from None
     finally:
         if store is not None:
             store.close()
         close_log(log_handler)
     return exit_code
+
+
+def _open_files(db_path: Path, log_root: Path):
+    """Check the store and open the host log before anything is launched; returns the log handler."""
+    from .store.db import check_store
+
+    private_dir(db_path.parent, "cannot create data directory")
+    check_free_space(db_path.parent)
+    check_store(db_path)
+    handler = open_log("host", log_root)
+    try:
+        private_dir(log_root / "runner", "cannot create log folder")
+        prune(log_root / "runner")
+    except BaseException:
+        close_log(handler)
+        raise
+    return handler
+
+
+class _Escaping(Exception):
+    """Carries an error out of the nursery, to be re-raised bare (not in a group)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _only(group: BaseExceptionGroup, kind: type[BaseException]) -> BaseException | None:
+    """The single leaf of `group` if it is a `kind`, else None."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for sub in exc.exceptions:
+                walk(sub)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], kind) else None
