@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ from supervisor import RestartPolicy
 from .host import Host
 from .host.pool import DEFAULT_POLICY
 from .link import memory_link
-from .dirs import check_free_space, private_dir
+from .dirs import check_free_space, describe, private_dir
 from .logs import close_log, logs_dir, open_log, prune
 from .tuning import Tuning
 
@@ -73,6 +74,8 @@ async def run_tree(
     server_end, host_end = memory_link()
     host = Host(url, token, host_end, log_dir=log_root, workspace=workspace or os.getcwd(),
                 runners=runners, policy=policy)
+    from .store.errors import StoreError
+
     exit_code = 0
     store = None
     try:
@@ -93,7 +96,7 @@ async def run_tree(
                     await host.first_launch.wait()
             from .client import OmnigentClient
             from .server.serve import run_server
-            from .store import Store, StoreError
+            from .store import Store
 
             try:
                 store = Store(db_path)
@@ -131,9 +134,14 @@ async def run_tree(
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         escaping = _only(group, _Escaping)
-        if escaping is None:
+        if escaping is not None:
+            raise escaping.error from None
+        failed = _only(group, sqlite3.Error)
+        if failed is None:
             raise
-        raise escaping.error from None
+        # e.g. the disk filled mid-run: SQLite rolled the write back, the store is intact
+        what = "cannot write store" if "full" in str(failed) else "store failed"
+        raise StoreError(f"{what}: {db_path}: {describe(failed)}") from None
     finally:
         if store is not None:
             store.close()
@@ -145,9 +153,12 @@ def _open_files(db_path: Path, log_root: Path):
     """Check the store and open the host log before anything is launched; returns the log handler."""
     from .store.db import check_store
 
-    private_dir(db_path.parent, "cannot create data directory")
-    check_free_space(db_path.parent)
+    # Before anything is touched: a full disk (where even reading a WAL store
+    # fails), then a store this version cannot use.
+    check_free_space(_existing(db_path.parent))
     check_store(db_path)
+    private_dir(db_path.parent, "cannot create data directory")
+    private_dir(log_root, "cannot create log folder")
     handler = open_log("host", log_root)
     try:
         private_dir(log_root / "runner", "cannot create log folder")
@@ -156,6 +167,12 @@ def _open_files(db_path: Path, log_root: Path):
         close_log(handler)
         raise
     return handler
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
 
 
 class _Escaping(Exception):

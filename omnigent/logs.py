@@ -42,7 +42,7 @@ def open_log(kind: str, root: Path | None = None) -> logging.Handler:
     path = folder / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     try:
         private_file(path)
-        handler = logging.FileHandler(path, encoding="utf-8")
+        handler = _FileHandler(path, encoding="utf-8")
     except OSError as e:
         raise DiskError("cannot create log", path, e) from e
     handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s] %(message)s"))
@@ -58,6 +58,14 @@ def open_log(kind: str, root: Path | None = None) -> logging.Handler:
     root_logger.addHandler(handler)
     root_logger.setLevel(logging.INFO)
     return handler
+
+
+class _FileHandler(logging.FileHandler):
+    """A log file whose write errors (a disk that filled mid-run) stay out of the
+    terminal: whatever else needed the disk reports the failure in one line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
 
 
 def close_log(handler: logging.Handler) -> None:

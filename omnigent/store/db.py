@@ -11,6 +11,7 @@ later upgraded fails with SQLITE_BUSY without waiting (stack-notes section 6).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import time
@@ -240,7 +241,9 @@ def _check_file(target: Path) -> None:
     if not target.exists():
         return
     if not os.access(target, os.R_OK | os.W_OK):
-        raise _error("cannot open store", target, "permission denied (it must be readable and writable)")
+        read_only = os.statvfs(target).f_flag & os.ST_RDONLY
+        raise _error("cannot open store", target, os.strerror(errno.EROFS) if read_only
+                     else "permission denied (it must be readable and writable)")
     try:
         with open(target, "rb") as f:
             head = f.read(len(SQLITE_MAGIC))
