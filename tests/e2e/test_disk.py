@@ -176,15 +176,20 @@ def test_looser_modes_of_an_existing_store_are_tightened(env, tmp_path, mock_llm
     data.chmod(0o755)
     (data / "logs").chmod(0o755)
     (data / "chat.db").chmod(0o644)
-    for suffix in ("-wal", "-shm"):  # as an older release left them
-        (data / f"chat.db{suffix}").write_bytes(b"")
-        (data / f"chat.db{suffix}").chmod(0o644)
-    result = omnigent(env, "run", agent(tmp_path, model), "-p", "again", "--continue", umask=0o022)
-    assert result.returncode == 0, result.stderr
-    assert mode(data) == mode(data / "logs") == 0o700
-    for name in ("chat.db", "chat.db-wal", "chat.db-shm"):
-        if (data / name).exists():
+    # another process holds the store open, its WAL companions as loose as an older release made them
+    other = sqlite3.connect(data / "chat.db")
+    try:
+        other.execute("SELECT COUNT(*) FROM conversations").fetchone()
+        for suffix in ("-wal", "-shm"):
+            (data / f"chat.db{suffix}").chmod(0o644)
+        result = omnigent(env, "run", agent(tmp_path, model), "-p", "again", "--continue", umask=0o022)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "two\n"
+        assert mode(data) == mode(data / "logs") == 0o700
+        for name in ("chat.db", "chat.db-wal", "chat.db-shm"):
             assert mode(data / name) == 0o600, name
+    finally:
+        other.close()
 
 
 def test_data_dir_moves_store_history_and_logs_but_not_home(env, tmp_path, mock_llm_server_url):
