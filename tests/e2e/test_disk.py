@@ -169,6 +169,7 @@ def test_store_logs_and_dirs_are_private_whatever_the_umask(env, tmp_path, mock_
         conn.close()
 
 
+@pytest.mark.slow
 def test_looser_modes_of_an_existing_store_are_tightened(env, tmp_path, mock_llm_server_url):
     model = scripted(mock_llm_server_url, "one", "two")
     assert omnigent(env, "run", agent(tmp_path, model), "-p", "hi").returncode == 0
@@ -192,6 +193,7 @@ def test_looser_modes_of_an_existing_store_are_tightened(env, tmp_path, mock_llm
         other.close()
 
 
+@pytest.mark.slow
 def test_data_dir_moves_store_history_and_logs_but_not_home(env, tmp_path, mock_llm_server_url):
     model = scripted(mock_llm_server_url, "one")
     data = tmp_path / "elsewhere" / "data"
@@ -210,6 +212,7 @@ def test_no_session_writes_nothing_under_home(env, tmp_path, mock_llm_server_url
     assert list(home_of(env).iterdir()) == []
 
 
+@pytest.mark.slow
 def test_no_session_repl_keeps_no_input_history(env, tmp_path, mock_llm_server_url):
     model = scripted(mock_llm_server_url, "one")
     result = omnigent(env, "run", agent(tmp_path, model), "--no-session", input="hello\n")
@@ -242,6 +245,7 @@ def test_corrupt_store_is_one_line_and_untouched(env, tmp_path):
     assert snapshot(home_of(env)) == before
 
 
+@pytest.mark.slow
 def test_truncated_store_is_one_line(env, tmp_path, mock_llm_server_url):
     model = scripted(mock_llm_server_url, "one")
     assert omnigent(env, "run", agent(tmp_path, model), "-p", "hi").returncode == 0
@@ -251,6 +255,7 @@ def test_truncated_store_is_one_line(env, tmp_path, mock_llm_server_url):
     one_line_error(omnigent(env, "run", agent(tmp_path, model), "-p", "again"), f"{db}: ")
 
 
+@pytest.mark.slow
 def test_store_of_a_newer_version_is_one_line_and_untouched(env, tmp_path, mock_llm_server_url):
     model = scripted(mock_llm_server_url, "one")
     assert omnigent(env, "run", agent(tmp_path, model), "-p", "hi").returncode == 0
@@ -264,6 +269,7 @@ def test_store_of_a_newer_version_is_one_line_and_untouched(env, tmp_path, mock_
         assert snapshot(home_of(env)) == before
 
 
+@pytest.mark.slow
 def test_read_only_data_dir_is_one_line(env, tmp_path, mock_llm_server_url):
     model = scripted(mock_llm_server_url, "one")
     with read_only(tmp_path / "ro") as ro:
@@ -286,7 +292,7 @@ def test_unwritable_home_is_one_line(env, tmp_path):
         assert list(ro.iterdir()) == []
 
 
-@pytest.mark.parametrize("existing_store", [False, True])
+@pytest.mark.parametrize("existing_store", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_full_disk_is_one_line_and_nothing_changes(env, tmp_path, mock_llm_server_url, existing_store):
     model = scripted(mock_llm_server_url, "one")
     with tmpfs(tmp_path / "small", size="2m") as small:
@@ -302,6 +308,7 @@ def test_full_disk_is_one_line_and_nothing_changes(env, tmp_path, mock_llm_serve
             assert snapshot(home) == before
 
 
+@pytest.mark.slow
 def test_disk_filling_mid_turn_does_not_corrupt_the_store(env, tmp_path, mock_llm_server_url):
     model = f"disk-{uuid.uuid4().hex[:8]}"
     configure_mock_llm(mock_llm_server_url, [{"block": True, "text": "x" * 200_000}, {"text": "after"}], key=model)
