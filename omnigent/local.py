@@ -98,8 +98,11 @@ async def run_tree(
             from .server.serve import run_server
             from .store import Store
 
+            from .store.db import verify
+
             try:
                 store = Store(db_path)
+                verify(store.conn, db_path)  # while the runner imports: off the critical path
             except StoreError as exc:
                 raise _Escaping(exc) from None
             front = make_front()

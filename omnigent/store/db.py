@@ -246,11 +246,39 @@ def _check_file(target: Path) -> None:
                      else "permission denied (it must be readable and writable)")
     try:
         with open(target, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
+            head = f.read(100)
+        size = target.stat().st_size
     except OSError as e:
         raise _error("cannot open store", target, e) from e
-    if head and head != SQLITE_MAGIC:
+    if head and not head.startswith(SQLITE_MAGIC):
         raise _error("cannot open store", target, "not an SQLite database (corrupt, or another kind of file)")
+    if len(head) == 100 and _truncated(head, size):
+        raise _error("cannot open store", target, "the file is truncated (the store is corrupt; "
+                                                  "move it aside to start afresh)")
+
+
+def _truncated(header: bytes, size: int) -> bool:
+    """The header's page count says the file is longer than it is (a cut copy, say).
+
+    The count is trusted only when its 'valid-for' number matches the change
+    counter (sqlite.org/fileformat2.html, section 1.3.9)."""
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    valid = header[92:96] == header[24:28]
+    return valid and pages > 0 and size < pages * page_size
+
+
+def verify(conn: sqlite3.Connection, path: object) -> None:
+    """`PRAGMA quick_check`: a store corrupt beyond its first pages is a StoreError
+    at open, not an internal error in the middle of a request (~35 ms for 24 MB)."""
+    try:
+        rows = [r[0] for r in conn.execute("PRAGMA quick_check(1)")]
+    except sqlite3.DatabaseError as e:
+        raise _error("cannot open store", path, e) from e
+    if rows != ["ok"]:
+        raise _error("cannot open store", path, f"the store is corrupt ({' '.join(rows)[:200]}); "
+                                                 "move it aside to start afresh")
 
 
 def _check_schema(conn: sqlite3.Connection, target: object) -> None:

@@ -245,14 +245,19 @@ def test_corrupt_store_is_one_line_and_untouched(env, tmp_path):
     assert snapshot(home_of(env)) == before
 
 
+LEGACY_STORE = Path(__file__).resolve().parents[1] / "resources" / "stores" / "chat-0.1.0.db"
+
+
 @pytest.mark.slow
-def test_truncated_store_is_one_line(env, tmp_path, mock_llm_server_url):
-    model = scripted(mock_llm_server_url, "one")
-    assert omnigent(env, "run", agent(tmp_path, model), "-p", "hi").returncode == 0
+@pytest.mark.parametrize(("damage", "needle"), [
+    (lambda data: data[: len(data) // 2], "the file is truncated"),
+    (lambda data: data[: len(data) // 2] + b"\xff" * (len(data) - len(data) // 2), "the store is corrupt"),
+])
+def test_a_damaged_store_is_one_line(env, tmp_path, damage, needle):
     db = home_of(env) / ".omnigent" / "chat.db"
-    data = db.read_bytes()
-    db.write_bytes(data[:4096] + b"\xff" * (len(data) - 4096))  # header intact, every other page garbage
-    one_line_error(omnigent(env, "run", agent(tmp_path, model), "-p", "again"), f"{db}: ")
+    db.parent.mkdir()
+    db.write_bytes(damage(LEGACY_STORE.read_bytes()))
+    one_line_error(omnigent(env, "run", agent(tmp_path, "m"), "-p", "again"), f"cannot open store: {db}: ", needle)
 
 
 @pytest.mark.slow
