@@ -19,13 +19,13 @@ process that calls the model.
 
 from __future__ import annotations
 
-import difflib
-import logging
 import os
 import re
 from dataclasses import dataclass, field
 
 import yaml
+
+from .keys import unknown_keys
 
 HARNESSES = ("openai-agents", "openai-chat")
 DEFAULT_HARNESS = "openai-agents"
@@ -34,23 +34,7 @@ DEFAULT_HARNESS = "openai-agents"
 DEFAULT_MODEL = "gpt-4o-mini"
 AUTH_TYPES = ("api_key",)
 
-# Every key an agent file may hold, in one place: a nested mapping is a
-# section, None a value checked where it is read. Adding a key is one line.
-KEYS: dict = {
-    "name": None,
-    "description": None,
-    "prompt": None,
-    "instructions": None,
-    "reasoning_effort": None,
-    "executor": {
-        "harness": None,
-        "model": None,
-        "reasoning_effort": None,  # where earlier releases read it; same meaning as the top-level key
-        "auth": {"type": None, "api_key": None, "base_url": None},
-    },
-}
-_log = logging.getLogger("omnigent.agents")
-_logged_unknown: set[tuple[str, str]] = set()
+
 MAX_BYTES = 16 * 1024 * 1024  # one spec file, and a whole unpacked bundle
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
@@ -175,7 +159,8 @@ def build_spec(
     if not isinstance(doc, dict):
         raise SpecError(source, f"top level must be a mapping, got {_kind(doc)}")
     doc = _copy_plain(doc, source)
-    _check_keys(doc, source, strict)
+    for where, suggestion in unknown_keys(doc, source, strict=strict):
+        raise SpecError(source, f"unknown key ({suggestion})", where)
 
     description = doc.get("description")
     if description is not None and not isinstance(description, str):
@@ -246,47 +231,6 @@ def build_spec(
         source=source,
         raw=raw,
     )
-
-
-def _check_keys(doc: dict, source: str, strict: bool) -> None:
-    """Every key of `doc` must be in KEYS: an error naming the nearest valid one
-    (strict), else a warning logged once per source and key."""
-    for where, key, valid in _unknown_keys(doc, KEYS, ""):
-        if strict:
-            raise SpecError(source, f"unknown key ({_suggest(key, valid, where)})", where)
-        if (source, where) not in _logged_unknown:
-            _logged_unknown.add((source, where))
-            _log.warning("%s: %s: unknown key, ignored (stored before agent files were strict)", source, where)
-
-
-def _unknown_keys(doc: dict, schema: dict, prefix: str):
-    for key, value in doc.items():
-        where = f"{prefix}.{key}" if prefix else key
-        if key not in schema:
-            yield where, key, schema
-        elif isinstance(schema[key], dict) and isinstance(value, dict):
-            yield from _unknown_keys(value, schema[key], where)
-
-
-def _suggest(key: str, siblings: dict, where: str) -> str:
-    """'did you mean ...?' for the nearest valid key: a sibling, else the same key elsewhere."""
-    near = difflib.get_close_matches(key, list(siblings), n=1, cutoff=0.6)
-    if near:
-        return f"did you mean {near[0]!r}?"
-    paths = dict(_paths(KEYS, ""))
-    elsewhere = [p for p, leaf in paths.items() if leaf == key] or [
-        p for p, leaf in paths.items() if difflib.get_close_matches(key, [leaf], n=1, cutoff=0.75)]
-    if elsewhere:
-        return f"did you mean {elsewhere[0]!r}?"
-    return f"known: {', '.join(siblings)}"
-
-
-def _paths(schema: dict, prefix: str):
-    for key, sub in schema.items():
-        path = f"{prefix}.{key}" if prefix else key
-        yield path, key
-        if isinstance(sub, dict):
-            yield from _paths(sub, path)
 
 
 def _effort(doc: dict, executor: dict, source: str) -> str | None:

@@ -209,7 +209,7 @@ def test_unknown_keys_in_uploads_are_errors():
 
 
 def test_one_list_of_keys():
-    from omnigent.agents.spec import KEYS
+    from omnigent.agents.keys import KEYS
 
     assert set(KEYS) == {"name", "description", "prompt", "instructions", "reasoning_effort", "executor"}
     assert set(KEYS["executor"]) == {"harness", "model", "auth", "reasoning_effort"}
