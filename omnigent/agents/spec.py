@@ -5,7 +5,7 @@ Every command starts from an agent YAML (a file, a directory with
 `AgentSpec`. Errors are `SpecError`s whose text is one line naming the file and
 the field, so the CLI can print them unchanged.
 
-Files are strict: every key must be one of `KEYS` (the one list of what an
+Files are strict: every key must be one of `keys.KEYS` (the one list of what an
 agent file may say), and a typo is an error naming the nearest valid key.
 That holds for what comes in from now on (the CLI's files, clients'
 uploads); specs stored by earlier releases are read leniently by
