@@ -42,11 +42,15 @@ def cli() -> None:
               help="Resume a conversation by id (no id: pick from a list).")
 @click.option("-c", "--continue", "resume_latest", is_flag=True,
               help="Continue the most recent conversation of this agent.")
-@click.option("--no-session", is_flag=True, help="Use a temporary store removed at exit.")
+@click.option("--no-session", is_flag=True,
+              help="Keep nothing: store, logs and input history go to a temporary directory removed at exit.")
 @click.option("--log/--no-log", default=False, help="Accepted for compatibility; logs always go to files.")
 def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_latest, no_session, log) -> None:
     """Chat with AGENT (a YAML file or directory) in a REPL, or answer one prompt with -p."""
     from .agents import SpecError, bundle_from_spec, load_spec, resolve_auth
+
+    if prompt is not None:
+        _check_prompt(prompt)
 
     try:
         spec = load_spec(agent, model=model, harness=harness, system_prompt=system_prompt)
@@ -78,13 +82,17 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     if no_session:
         import tempfile
 
-        tmp = Path(tempfile.mkdtemp(prefix="omnigent-chat-"))
-        db_path = tmp / "chat.db"
-    else:
-        from .store import default_db_path
+        # Everything that follows the data dir (store, logs, input history) goes
+        # here and is removed at exit: nothing is written under HOME.
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix="omnigent-chat-"))
+        except OSError as exc:
+            raise click.ClickException(f"cannot create a temporary directory: "
+                                       f"{tempfile.gettempdir()}: {exc.strerror or exc}") from None
+        os.environ["OMNIGENT_DATA_DIR"] = str(tmp)
+    from .store import StoreError, default_db_path
 
-        db_path = default_db_path()
-    from .store import StoreError
+    db_path = default_db_path()
 
     try:
         import trio
@@ -171,12 +179,29 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
 @click.option("--port", default=0, type=int, help="0 picks a free port.")
 def mock_llm(host: str, port: int) -> None:
     """A scripted OpenAI-compatible server for tests and offline demos."""
-    from .testing.mock_llm import main as serve_mock
+    from .testing.mock_llm import ListenError, main as serve_mock
 
-    serve_mock(host, port)
+    try:
+        serve_mock(host, port)
+    except ListenError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _check_prompt(prompt: str) -> None:
+    """A `-p` text the model can be sent: UTF-8, not empty (checked before anything starts)."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:  # argv bytes that are not UTF-8 arrive as lone surrogates
+        bad = prompt[exc.start].encode("utf-8", "surrogateescape")
+        raise click.ClickException(
+            f"the prompt is not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start + 1})") from None
+    if not prompt.strip():
+        raise click.ClickException("empty prompt")
 
 
 def main() -> None:
+    from .dirs import DiskError
+
     code: int | str | None = 0
     try:
         cli.main(prog_name="omnigent", standalone_mode=False)
@@ -185,6 +210,9 @@ def main() -> None:
     except click.ClickException as exc:
         exc.show()
         code = exc.exit_code
+    except DiskError as exc:  # the data dir, a log or free space: one line, like a store error
+        click.ClickException(str(exc)).show()
+        code = 1
     except KeyboardInterrupt:
         code = 130
     except SystemExit as exc:

@@ -9,6 +9,13 @@ Credentials: the client token this tree's front end uses is generated here
 and handed to it in memory, so another local user cannot read conversations
 through the port (the server requires it on loopback too). Runners get no
 client token: the host mints each one its own secret.
+
+What can fail on disk is checked before the runner is launched, with
+nothing written when it fails: the data dir (0700), free space, the store
+file (`check_store`: sqlite3 only, so the launch is not delayed), the log.
+The store itself (sqlite-utils, migrations) is opened while the runner
+imports openai; a failure there still leaves the tree as one bare
+`StoreError`, never inside an ExceptionGroup, so the CLI prints one line.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +35,7 @@ from supervisor import RestartPolicy
 from .host import Host
 from .host.pool import DEFAULT_POLICY
 from .link import memory_link
+from .dirs import check_free_space, describe, private_dir
 from .logs import close_log, logs_dir, open_log, prune
 from .tuning import Tuning
 
@@ -56,18 +65,26 @@ async def run_tree(
     end's imports (httpx, ...) overlap the runner's start-up too. The API
     requires `token`, generated when None; only with `require_token=False`
     (`omnigent server` on loopback without --token) does None leave it open.
+    Raises StoreError or DiskError (one line each, nothing written) when the
+    store, the data dir or the logs (`logs_dir()`) cannot be used.
     """
     from .server.sockets import bind_socket, url_of
 
     sock = bind_socket(*bind)
+    try:
+        log_root = logs_dir()
+        log_handler = _open_files(Path(db_path), log_root)
+    except BaseException:
+        sock.close()
+        raise
     url = url_of(sock)
     if require_token:
         token = token or secrets.token_urlsafe(32)
     server_end, host_end = memory_link()
-    log_handler = open_log("host")
-    prune(logs_dir() / "runner")
-    host = Host(url, host_end, log_dir=logs_dir(), workspace=workspace or os.getcwd(),
+    host = Host(url, host_end, log_dir=log_root, workspace=workspace or os.getcwd(),
                 runners=runners, policy=policy)
+    from .store.errors import StoreError
+
     exit_code = 0
     store = None
     try:
@@ -90,7 +107,13 @@ async def run_tree(
             from .server.serve import run_server
             from .store import Store
 
-            store = Store(db_path)
+            from .store.db import verify
+
+            try:
+                store = Store(db_path)
+                verify(store.conn, db_path)  # while the runner imports: off the critical path
+            except StoreError as exc:
+                raise _Escaping(exc) from None
             front = make_front()
             server = await nursery.start(lambda task_status: run_server(
                 store, sock, token=token, host_links=[server_end], runner_wait=tuning.runner_wait,
@@ -120,8 +143,67 @@ async def run_tree(
                         await host_done.wait()  # runners stopped before the server goes
                     await server.aclose()
                 nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        escaping = _only(group, _Escaping)
+        if escaping is not None:
+            raise escaping.error from None
+        failed = _only(group, sqlite3.Error)
+        if failed is None:
+            raise
+        # e.g. the disk filled mid-run: SQLite rolled the write back, the store is intact
+        what = "cannot write store" if "full" in str(failed) else "store failed"
+        raise StoreError(f"{what}: {db_path}: {describe(failed)}") from None
     finally:
         if store is not None:
             store.close()
         close_log(log_handler)
     return exit_code
+
+
+def _open_files(db_path: Path, log_root: Path):
+    """Check the store and open the host log before anything is launched; returns the log handler."""
+    from .store.db import check_store
+
+    # Before anything is touched: a full disk (where even reading a WAL store
+    # fails), then a store this version cannot use.
+    check_free_space(_existing(db_path.parent))
+    check_store(db_path)
+    private_dir(db_path.parent, "cannot create data directory")
+    private_dir(log_root, "cannot create log folder")
+    handler = open_log("host", log_root)
+    try:
+        private_dir(log_root / "runner", "cannot create log folder")
+        prune(log_root / "runner")
+    except BaseException:
+        close_log(handler)
+        raise
+    return handler
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+class _Escaping(Exception):
+    """Carries an error out of the nursery, to be re-raised bare (not in a group)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _only(group: BaseExceptionGroup, kind: type[BaseException]) -> BaseException | None:
+    """The single leaf of `group` if it is a `kind`, else None."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for sub in exc.exceptions:
+                walk(sub)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], kind) else None

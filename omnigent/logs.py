@@ -1,8 +1,11 @@
 """Where omnigent processes write their logs, and the file logging they share.
 
-Logs live under `$HOME/.omnigent/logs/` (keyed by HOME, never by the config
-home, so two users or two test HOMEs never mix), one file per process, and
-old files are pruned so a daily user does not collect thousands.
+Logs of `omnigent run` and `omnigent server` live under `<data dir>/logs/`
+(`$OMNIGENT_DATA_DIR`, else `$HOME/.omnigent`; `--no-session` points it at its
+temporary directory), one file per process; the host daemon's stay under
+`$HOME/.omnigent/logs/` (`host_logs_dir`). Old files are pruned so a daily
+user does not collect thousands. Logs hold conversations' metadata, so the
+folders are 0700 and the files 0600 whatever the umask.
 """
 
 from __future__ import annotations
@@ -12,27 +15,57 @@ import os
 import time
 from pathlib import Path
 
+from .dirs import DiskError, check_free_space, data_dir, home_dir, private_dir, private_file
+
 KEEP = 30
 
 
 def logs_dir() -> Path:
-    return Path(os.environ.get("HOME") or Path.home()) / ".omnigent" / "logs"
+    """`<data dir>/logs`: the logs of `omnigent run` and `omnigent server`."""
+    return data_dir() / "logs"
 
 
-def open_log(kind: str) -> logging.Handler:
-    """Route this process's logging to a fresh file logs/<kind>/<kind>-<time>-<pid>.log.
+def host_logs_dir() -> Path:
+    """`$HOME/.omnigent/logs`: the host daemon's logs, keyed by HOME."""
+    return home_dir() / "logs"
 
+
+def open_log(kind: str, root: Path | None = None) -> logging.Handler:
+    """Route this process's logging to a fresh file <root>/<kind>/<kind>-<time>-<pid>.log.
+
+    `root` defaults to `logs_dir()`. The first line is written before this
+    returns, so a full disk or an unwritable folder is a `DiskError` here
+    (with no file left behind), not a logging traceback later.
     Returns the handler: whoever opened it removes it (see `close_log`)."""
-    folder = logs_dir() / kind
-    folder.mkdir(parents=True, exist_ok=True)
-    prune(folder)
+    folder = private_dir((root or logs_dir()) / kind, "cannot create log folder")
+    check_free_space(folder, "cannot write log")
     path = folder / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    handler = logging.FileHandler(path, encoding="utf-8")
+    try:
+        private_file(path)
+        handler = _FileHandler(path, encoding="utf-8")
+    except OSError as e:
+        raise DiskError("cannot create log", path, e) from e
     handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s] %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    try:
+        handler.stream.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [omnigent] {kind} log of pid {os.getpid()}\n")
+        handler.stream.flush()
+    except OSError as e:
+        handler.close()
+        path.unlink(missing_ok=True)
+        raise DiskError("cannot write log", path, e) from e
+    prune(folder)
+    root_logger = logging.getLogger()
+    root_logger.addHandler(handler)
+    root_logger.setLevel(logging.INFO)
     return handler
+
+
+class _FileHandler(logging.FileHandler):
+    """A log file whose write errors (a disk that filled mid-run) stay out of the
+    terminal: whatever else needed the disk reports the failure in one line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
 
 
 def close_log(handler: logging.Handler) -> None:
@@ -41,6 +74,9 @@ def close_log(handler: logging.Handler) -> None:
 
 
 def prune(folder: Path) -> None:
-    files = sorted(folder.glob("*.log"), key=lambda f: f.stat().st_mtime)
-    for old in files[:-KEEP]:
-        old.unlink(missing_ok=True)
+    try:
+        files = sorted(folder.glob("*.log"), key=lambda f: f.stat().st_mtime)
+        for old in files[:-KEEP]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass  # pruning is housekeeping: never a reason to fail a run

@@ -85,8 +85,11 @@ class TrioLauncher:
         log_path: str | os.PathLike[str],
     ) -> TrioProcessHandle:
         log_path = Path(log_path)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:  # the child keeps its own copy of the fd
+        log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # A child's log may quote what it was working on: private (0600), whatever the umask.
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
+        with open(fd, "ab") as log:  # the child keeps its own copy of the fd
             process = await trio.lowlevel.open_process(
                 list(argv),
                 start_new_session=True,
@@ -227,7 +230,7 @@ def process_child(
         ctx = current_child()
         grace = ctx.shutdown_grace if ctx is not None else shutdown_grace
         config = prepare()
-        Path(config.log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(config.log_path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         handle = await the_launcher.launch(
             config.argv, env=config.env, cwd=config.cwd, log_path=config.log_path
         )

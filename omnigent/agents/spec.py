@@ -5,6 +5,12 @@ Every command starts from an agent YAML (a file, a directory with
 `AgentSpec`. Errors are `SpecError`s whose text is one line naming the file and
 the field, so the CLI can print them unchanged.
 
+Files are strict: every key must be one of `keys.KEYS` (the one list of what an
+agent file may say), and a typo is an error naming the nearest valid key.
+That holds for what comes in from now on (the CLI's files, clients'
+uploads); specs stored by earlier releases are read leniently by
+`AgentSpec.from_dict`, their unknown keys ignored and logged once.
+
 Credentials stay as written: `${VAR}` references in `executor.auth` are checked
 but not expanded here, so values from the environment never reach the store or
 an upload (ARCHITECTURE.md, "Security"). `resolve_auth` expands them in the
@@ -19,16 +25,21 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from .keys import unknown_keys
+
 HARNESSES = ("openai-agents", "openai-chat")
 DEFAULT_HARNESS = "openai-agents"
-DEFAULT_MODEL = "gpt-4o-mini"  # only when neither harness nor model is given
+# Filled in only for specs stored by earlier releases that named neither
+# harness nor model; a file without a model is an error unless --model is given.
+DEFAULT_MODEL = "gpt-4o-mini"
 AUTH_TYPES = ("api_key",)
+
+
 MAX_BYTES = 16 * 1024 * 1024  # one spec file, and a whole unpacked bundle
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _PROMPT_KEYS = ("prompt", "instructions")
-_AUTH_KEYS = ("type", "api_key", "base_url")
 _ENV_FALLBACK = {"api_key": "OPENAI_API_KEY", "base_url": "OPENAI_BASE_URL"}
 _MAX_VALUES = 100_000  # counts alias reuse too: stops "billion laughs" documents
 _MAX_DEPTH = 64
@@ -81,13 +92,17 @@ class AgentSpec:
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "agent spec") -> AgentSpec:
-        """Rebuild from `to_dict` output. `raw` is checked again like a file
-        (wire data is untrusted); the other keys are derived from it."""
+        """Rebuild from `to_dict` output, as stored by this or an earlier release.
+
+        `raw` is checked again like a file (stored data is not trusted) but
+        leniently: unknown keys are kept, ignored and logged once, and a
+        missing model is filled in as earlier releases did, so specs and
+        conversations stored before strict files keep working."""
         if not isinstance(d, dict):
             raise SpecError(source, f"expected a mapping, got {_kind(d)}")
         if "raw" not in d:
             raise SpecError(source, "'raw' is missing")
-        return build_spec(d["raw"], source)
+        return build_spec(d["raw"], source, strict=False)
 
 
 def load_spec(
@@ -132,13 +147,24 @@ def build_spec(
     model: str | None = None,
     harness: str | None = None,
     system_prompt: str | None = None,
+    strict: bool = True,
 ) -> AgentSpec:
-    """Check a parsed document, apply overrides, return the spec (shared by all loaders)."""
+    """Check a parsed document, apply overrides, return the spec (shared by all loaders).
+
+    `strict` (files and uploads): an unknown key or a missing model is a
+    SpecError. Not strict (stored specs): unknown keys are logged once and
+    kept, and a spec with neither harness nor model gets DEFAULT_MODEL."""
     if doc is None:
         raise SpecError(source, "empty: expected a mapping with 'name' and 'prompt'")
     if not isinstance(doc, dict):
         raise SpecError(source, f"top level must be a mapping, got {_kind(doc)}")
     doc = _copy_plain(doc, source)
+    for where, suggestion in unknown_keys(doc, source, strict=strict):
+        raise SpecError(source, f"unknown key ({suggestion})", where)
+
+    description = doc.get("description")
+    if description is not None and not isinstance(description, str):
+        raise SpecError(source, f"must be a string, got {_kind(description)}", "description")
 
     if "name" not in doc:
         raise SpecError(source, "'name' is missing")
@@ -178,13 +204,14 @@ def build_spec(
         _nonempty(eff_model, source, "executor.model")
     if model is not None:
         eff_model = _nonempty(model, source, "--model")
-    if eff_harness is None and eff_model is None:
-        eff_model = DEFAULT_MODEL
-    eff_harness = eff_harness or DEFAULT_HARNESS
-    effort = executor.get("reasoning_effort")
-    if effort is not None:
-        _nonempty(effort, source, "executor.reasoning_effort")
+    effort = _effort(doc, executor, source)
     auth = _auth(executor.get("auth"), source)
+    if eff_model is None:
+        if strict:
+            raise SpecError(source, "'executor.model' is missing (name the model to use, or pass --model)")
+        if eff_harness is None:
+            eff_model = DEFAULT_MODEL
+    eff_harness = eff_harness or DEFAULT_HARNESS
 
     # raw: the effective document, so reloading it gives this same spec
     raw = dict(doc)
@@ -204,6 +231,18 @@ def build_spec(
         source=source,
         raw=raw,
     )
+
+
+def _effort(doc: dict, executor: dict, source: str) -> str | None:
+    top, inner = doc.get("reasoning_effort"), executor.get("reasoning_effort")
+    if top is not None:
+        _nonempty(top, source, "reasoning_effort")
+    if inner is not None:
+        _nonempty(inner, source, "executor.reasoning_effort")
+    if top is not None and inner is not None and top != inner:
+        raise SpecError(source, f"'reasoning_effort' ({top!r}) and 'executor.reasoning_effort' ({inner!r}) "
+                                "disagree; keep one")
+    return top if top is not None else inner
 
 
 def _harness(value: object, source: str, where: str) -> str:
@@ -228,9 +267,6 @@ def _auth(auth: object, source: str) -> dict | None:
         return None
     if not isinstance(auth, dict):
         raise SpecError(source, f"must be a mapping, got {_kind(auth)}", "executor.auth")
-    for key in auth:
-        if key not in _AUTH_KEYS:
-            raise SpecError(source, f"unknown key (known: {', '.join(_AUTH_KEYS)})", f"executor.auth.{key}")
     kind = auth.get("type")
     if kind is None:
         kind = "api_key"

@@ -42,7 +42,10 @@ class LineInput(Protocol):
 
 
 def history_path() -> Path:
-    return Path.home() / ".omnigent" / "history"
+    """`<data dir>/history`: follows `OMNIGENT_DATA_DIR`, so `--no-session` keeps none."""
+    from ..dirs import data_dir
+
+    return data_dir() / "history"
 
 
 class TtyInput:
@@ -64,11 +67,13 @@ class TtyInput:
         readline.parse_and_bind(r'"\C-c": kill-whole-line')
         if history is not None:
             readline.set_history_length(HISTORY_LINES)
+            from ..dirs import DiskError, private_dir, private_file
+
             try:
-                history.parent.mkdir(parents=True, exist_ok=True)
-                history.touch()  # append_history_file needs the file to exist
+                private_dir(history.parent)
+                private_file(history)  # 0600: what was typed; append_history_file needs it to exist
                 readline.read_history_file(history)
-            except OSError:
+            except (OSError, DiskError):
                 self._history = None  # a read-only home must not break the REPL
         threading.Thread(target=self._serve, name="omnigent-input", daemon=True).start()
 

@@ -1,4 +1,4 @@
-"""Where the store lives on disk.
+"""Where the store lives on disk: `chat.db` in the data dir (see `omnigent.dirs`).
 
 Read at call time, not import time, so tests and `--no-session` can point
 `OMNIGENT_DATA_DIR` elsewhere after import.
@@ -6,19 +6,16 @@ Read at call time, not import time, so tests and `--no-session` can point
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from ..dirs import data_dir
 
 DB_FILENAME = "chat.db"
 
 
 def default_data_dir() -> Path:
     """`$OMNIGENT_DATA_DIR`, else `$HOME/.omnigent`."""
-    configured = os.environ.get("OMNIGENT_DATA_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    home = os.environ.get("HOME")
-    return (Path(home) if home else Path.home()) / ".omnigent"
+    return data_dir()
 
 
 def default_db_path() -> Path:

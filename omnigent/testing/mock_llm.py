@@ -254,9 +254,27 @@ async def _serve_until_signal(host: str, port: int) -> None:
                 break
 
 
+class ListenError(Exception):
+    """The mock cannot listen where it was asked to: one line, `cannot listen on <host>:<port>: <cause>`."""
+
+
 def main(host: str = "127.0.0.1", port: int = 0) -> None:
-    """Run the mock server in the foreground; prints one 'listening' line to stdout."""
-    trio.run(_serve_until_signal, host, port)
+    """Run the mock server in the foreground; prints one 'listening' line to stdout.
+
+    Raises ListenError when the address is taken or not ours."""
+    try:
+        trio.run(_serve_until_signal, host, port)
+    except (OSError, BaseExceptionGroup) as exc:
+        cause = _only_oserror(exc)
+        if cause is None:
+            raise
+        raise ListenError(f"cannot listen on {host}:{port}: {cause.strerror or cause}") from None
+
+
+def _only_oserror(exc: BaseException) -> OSError | None:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, OSError) else None
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -277,4 +295,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     _args = _parse_args(sys.argv[1:])
-    main(_args.host, _args.port)
+    try:
+        main(_args.host, _args.port)
+    except ListenError as _exc:
+        sys.exit(f"Error: {_exc}")

@@ -75,6 +75,7 @@ def test_ctrl_c_cancels_a_turn_clears_an_idle_line_and_the_repl_stays(
     assert turn_statuses(home) == ["cancelled", "completed"]
     history = (home / ".omnigent" / "history").read_text().splitlines()
     assert history == ["wait for me", "/help", "/bogus", "after"]
+    assert (home / ".omnigent" / "history").stat().st_mode & 0o777 == 0o600  # what was typed is private
 
 
 def test_the_picker_resumes_the_conversation_picked_by_number(

@@ -9,6 +9,8 @@ import pickle
 import tarfile
 from pathlib import Path
 
+import logging
+
 import pytest
 
 from omnigent.agents import (
@@ -79,7 +81,7 @@ def test_constants():
 
 
 def test_load_valid(tmp_path):
-    p = write(tmp_path / "hello_world.yaml", BASIC + "tools: [a, b]\n")
+    p = write(tmp_path / "hello_world.yaml", BASIC + "description: Greets people.\n")
     spec = load_spec(p)
     assert spec.name == "hello_world"
     assert spec.instructions == "You are a friendly assistant. Reply briefly."
@@ -88,7 +90,7 @@ def test_load_valid(tmp_path):
     assert spec.auth is None
     assert spec.reasoning_effort is None
     assert spec.source == str(p)
-    assert spec.raw["tools"] == ["a", "b"]  # unknown keys kept
+    assert spec.raw["description"] == "Greets people."
     assert spec.raw["executor"] == {"model": "databricks-claude-sonnet-4-6", "harness": "openai-agents"}
 
 
@@ -103,23 +105,33 @@ def test_repo_examples_load():
 
 @pytest.mark.parametrize("key", ["prompt", "instructions"])
 def test_both_prompt_keys(tmp_path, key):
-    p = write(tmp_path / "a.yml", f"name: a\n{key}: |\n  line one\n  line two\n")
+    p = write(tmp_path / "a.yml", f"name: a\n{key}: |\n  line one\n  line two\nexecutor: {{model: m}}\n")
     spec = load_spec(p)
     assert spec.instructions == "line one\nline two\n"
     assert spec.raw[key] == spec.instructions
 
 
-def test_defaults_only_when_neither_harness_nor_model(tmp_path):
-    p = write(tmp_path / "a.yaml", "name: a\nprompt: x\n")
-    spec = load_spec(p)
+def test_missing_model_is_an_error_unless_model_is_given(chdir_tmp):
+    write(chdir_tmp / "a.yaml", "name: a\nprompt: x\n")
+    write(chdir_tmp / "b.yaml", "name: b\nprompt: x\nexecutor: {harness: openai-chat}\n")
+    for name in ("a.yaml", "b.yaml"):
+        assert error_of(name) == f"{name}: 'executor.model' is missing (name the model to use, or pass --model)"
+        assert load_spec(name, model="m").model == "m"
+    assert load_spec("b.yaml", model="m").harness == "openai-chat"
+    with pytest.raises(SpecError, match=r"^up/a\.yaml: 'executor\.model' is missing"):
+        spec_from_bundle(bundle_bytes("a.yaml"), name_hint="up")  # uploads too
+
+
+def test_stored_specs_without_model_load_as_before():
+    # what earlier releases stored: the default model only when neither harness nor model was given
+    spec = AgentSpec.from_dict({"raw": {"name": "a", "prompt": "x"}})
     assert (spec.harness, spec.model) == (DEFAULT_HARNESS, DEFAULT_MODEL)
-    p = write(tmp_path / "b.yaml", "name: b\nprompt: x\nexecutor: {harness: openai-chat}\n")
-    spec = load_spec(p)
+    spec = AgentSpec.from_dict({"raw": {"name": "b", "prompt": "x", "executor": {"harness": "openai-chat"}}})
     assert (spec.harness, spec.model) == ("openai-chat", None)
 
 
 def test_harness_canonicalized(tmp_path):
-    p = write(tmp_path / "a.yaml", "name: a\nprompt: x\nexecutor: {harness: OpenAI_Chat}\n")
+    p = write(tmp_path / "a.yaml", "name: a\nprompt: x\nexecutor: {harness: OpenAI_Chat, model: m}\n")
     assert load_spec(p).harness == "openai-chat"
 
 
@@ -142,24 +154,77 @@ def test_model_override_keeps_harness_default(tmp_path):
 
 
 def test_system_prompt_override_allows_missing_prompt(tmp_path):
-    p = write(tmp_path / "a.yaml", "name: a\n")
+    p = write(tmp_path / "a.yaml", "name: a\nexecutor: {model: m}\n")
     spec = load_spec(p, system_prompt="S")
     assert spec.instructions == "S"
     assert spec.raw["prompt"] == "S"
-    p = write(tmp_path / "b.yaml", "name: b\ninstructions: old\n")
+    p = write(tmp_path / "b.yaml", "name: b\ninstructions: old\nexecutor: {model: m}\n")
     assert load_spec(p, system_prompt="S").raw["instructions"] == "S"
 
 
-def test_reasoning_effort(tmp_path):
-    p = write(tmp_path / "a.yaml", "name: a\nprompt: x\nexecutor: {reasoning_effort: high}\n")
+def test_reasoning_effort(chdir_tmp):
+    p = write(chdir_tmp / "a.yaml", "name: a\nprompt: x\nexecutor: {reasoning_effort: high, model: m}\n")
     assert load_spec(p).reasoning_effort == "high"
+    p = write(chdir_tmp / "b.yaml", "name: b\nprompt: x\nreasoning_effort: low\nexecutor: {model: m}\n")
+    assert load_spec(p).reasoning_effort == "low"
+    write(chdir_tmp / "c.yaml", "name: c\nprompt: x\nreasoning_effort: low\nexecutor: {reasoning_effort: high, model: m}\n")
+    assert error_of("c.yaml") == ("c.yaml: 'reasoning_effort' ('low') and 'executor.reasoning_effort' ('high') "
+                                  "disagree; keep one")
 
 
 def test_dates_stay_strings(tmp_path):
-    p = write(tmp_path / "a.yaml", "name: a\nprompt: x\ncreated: 2024-01-01\n")
+    p = write(tmp_path / "a.yaml", "name: a\nprompt: x\ndescription: 2024-01-01\nexecutor: {model: m}\n")
     spec = load_spec(p)
-    assert spec.raw["created"] == "2024-01-01"
+    assert spec.raw["description"] == "2024-01-01"
     json.dumps(spec.to_dict())
+
+
+# --- unknown keys -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("executor: {modle: gpt-4o}\n", "agents/x.yaml: executor.modle: unknown key (did you mean 'model'?)"),
+        ("executor: {model: m, harnes: openai-chat}\n", "agents/x.yaml: executor.harnes: unknown key (did you mean 'harness'?)"),
+        ("descripton: hi\nexecutor: {model: m}\n", "agents/x.yaml: descripton: unknown key (did you mean 'description'?)"),
+        ("model: gpt-4o\n", "agents/x.yaml: model: unknown key (did you mean 'executor.model'?)"),
+        ("executor: {model: m}\nauth: {api_key: k}\n", "agents/x.yaml: auth: unknown key (did you mean 'executor.auth'?)"),
+        ("executor: {model: m, auth: {apikey: k}}\n", "agents/x.yaml: executor.auth.apikey: unknown key (did you mean 'api_key'?)"),
+        ("executor: {model: m, auth: {profile: p}}\n",
+         "agents/x.yaml: executor.auth.profile: unknown key (known: type, api_key, base_url)"),
+        ("executor: {model: m}\ntools: [a]\n", "agents/x.yaml: tools: unknown key (known: name, description, prompt, "
+                                                 "instructions, reasoning_effort, executor)"),
+    ],
+)
+def test_unknown_keys_are_errors_naming_the_nearest_key(chdir_tmp, text, expected):
+    write(chdir_tmp / "agents" / "x.yaml", "name: a\nprompt: x\n" + text)
+    assert error_of("agents/x.yaml") == expected
+
+
+def test_unknown_keys_in_uploads_are_errors():
+    with pytest.raises(SpecError) as info:
+        spec_from_bundle(tar_gz({"config.yaml": BASIC.replace("model:", "modle:").encode()}), name_hint="up")
+    assert str(info.value) == "up/config.yaml: executor.modle: unknown key (did you mean 'model'?)"
+
+
+def test_one_list_of_keys():
+    from omnigent.agents.keys import KEYS
+
+    assert set(KEYS) == {"name", "description", "prompt", "instructions", "reasoning_effort", "executor"}
+    assert set(KEYS["executor"]) == {"harness", "model", "auth", "reasoning_effort"}
+    assert set(KEYS["executor"]["auth"]) == {"type", "api_key", "base_url"}
+
+
+def test_stored_specs_with_unknown_keys_load_and_log_once(caplog):
+    stored = {"raw": {"name": "old", "prompt": "x", "tools": ["t"], "executor": {"model": "m", "profile": "p"}}}
+    with caplog.at_level(logging.WARNING, logger="omnigent.agents"):
+        for _ in range(3):
+            spec = AgentSpec.from_dict(stored, source="agent 'old'")
+    assert (spec.name, spec.model, spec.raw["tools"]) == ("old", "m", ["t"])
+    warned = [r.getMessage() for r in caplog.records if r.name == "omnigent.agents"]
+    assert warned == ["agent 'old': tools: unknown key, ignored (stored before agent files were strict)",
+                      "agent 'old': executor.profile: unknown key, ignored (stored before agent files were strict)"]
 
 
 # --- error messages ---------------------------------------------------------
@@ -315,7 +380,7 @@ def test_yaml_bundle_has_bare_filename_at_root(tmp_path):
 
 
 def test_yaml_bundle_round_trip(tmp_path):
-    p = write(tmp_path / "hello_world.yaml", BASIC + "extra: {k: [1, 2.5, true, null]}\n")
+    p = write(tmp_path / "hello_world.yaml", BASIC + "description: '1.0'\nreasoning_effort: 'yes'\n")
     spec = load_spec(p)
     back = spec_from_bundle(bundle_bytes(p))
     assert back == spec
@@ -352,15 +417,18 @@ def test_tar_gz_override_matches_yaml_override(tmp_path):
     src = write(tmp_path / "a.yaml", "name: a\nprompt: x\n")
     tgz = tmp_path / "a.tgz"
     tgz.write_bytes(bundle_bytes(src))
-    assert load_spec(tgz, harness="openai-chat") == load_spec(src, harness="openai-chat")
-    assert load_spec(tgz, harness="openai-chat").model is None
+    assert load_spec(tgz, harness="openai-chat", model="m") == load_spec(src, harness="openai-chat", model="m")
+    assert load_spec(tgz, model="m").harness == DEFAULT_HARNESS
+    for path in (src, tgz):
+        with pytest.raises(SpecError, match="'executor.model' is missing"):
+            load_spec(path, harness="openai-chat")
 
 
 def test_bundle_from_spec_round_trip(tmp_path):
     p = write(
         tmp_path / "a.yaml",
-        "name: a\ninstructions: |\n  two\n  lines  \n\n\nextra: ['yes', '2024-01-01', '1.0', '']\n"
-        "executor:\n  auth: {api_key: '${K}'}\n  reasoning_effort: low\n",
+        "name: a\ninstructions: |\n  two\n  lines  \n\n\ndescription: '2024-01-01'\n"
+        "executor:\n  auth: {api_key: '${K}'}\n  reasoning_effort: 'yes'\n",
     )
     spec = load_spec(p, model="m", harness="openai-chat", system_prompt="  tricky\n\tprompt\n\n")
     data = bundle_from_spec(spec)
@@ -443,7 +511,7 @@ def test_bundle_size_cap():
 
 
 def test_to_dict_from_dict(tmp_path):
-    p = write(tmp_path / "a.yaml", AUTH_YAML + "tools: [{when: 2024-01-01}]\n")
+    p = write(tmp_path / "a.yaml", AUTH_YAML + "description: 2024-01-01\n")
     spec = load_spec(p, model="mock-model")
     d = spec.to_dict()
     assert json.loads(json.dumps(d)) == d
@@ -474,6 +542,7 @@ AUTH_YAML = """\
 name: a
 prompt: x
 executor:
+  model: m
   auth:
     type: api_key
     api_key: ${MY_KEY}
@@ -511,17 +580,17 @@ def test_resolve_auth_precedence(tmp_path):
     env = {"MY_KEY": "k1", "MY_HOST": "h", "OPENAI_API_KEY": "k2", "OPENAI_BASE_URL": "http://b2"}
     assert resolve_auth(spec, env) == {"api_key": "k1", "base_url": "http://h/v1"}
 
-    partial = load_spec(write(tmp_path / "b.yaml", "name: b\nprompt: x\nexecutor: {auth: {type: api_key}}\n"))
+    partial = load_spec(write(tmp_path / "b.yaml", "name: b\nprompt: x\nexecutor: {model: m, auth: {type: api_key}}\n"))
     assert resolve_auth(partial, env) == {"api_key": "k2", "base_url": "http://b2"}
 
     bare = load_spec(write(tmp_path / "c.yaml", BASIC))
     assert resolve_auth(bare, env) == {"api_key": "k2", "base_url": "http://b2"}
     assert resolve_auth(bare, {}) == {"api_key": None, "base_url": None}
 
-    literal = load_spec(write(tmp_path / "d.yaml", "name: d\nprompt: x\nexecutor: {auth: {api_key: 'sk-$NOT_EXPANDED'}}\n"))
+    literal = load_spec(write(tmp_path / "d.yaml", "name: d\nprompt: x\nexecutor: {model: m, auth: {api_key: 'sk-$NOT_EXPANDED'}}\n"))
     assert resolve_auth(literal, env) == {"api_key": "sk-$NOT_EXPANDED", "base_url": "http://b2"}
 
-    empty = load_spec(write(tmp_path / "e.yaml", "name: e\nprompt: x\nexecutor: {auth: {api_key: '${EMPTY}'}}\n"))
+    empty = load_spec(write(tmp_path / "e.yaml", "name: e\nprompt: x\nexecutor: {model: m, auth: {api_key: '${EMPTY}'}}\n"))
     assert resolve_auth(empty, {"EMPTY": "", "OPENAI_API_KEY": "k2"})["api_key"] == "k2"
 
 
