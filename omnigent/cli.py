@@ -151,12 +151,12 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
     if public and not token:
         token = secrets.token_urlsafe(24)
         click.echo(f"token: {token}  (clients send: Authorization: Bearer <token>)", err=True)
-    elif not token:
-        click.echo("warning: no --token: any local user can use this server's API "
-                   "(sessions, conversations)", err=True)
 
     def make_front():
         async def front(client) -> int:
+            if not token:  # said once it listens, so a start-up failure stays one line
+                click.echo("warning: no --token: any local user can use this server's API "
+                           "(sessions, conversations)", err=True)
             click.echo(f"omnigent server listening on {client.base_url} with {runners} runner(s)")
             sys.stdout.flush()
             await trio.sleep_forever()
