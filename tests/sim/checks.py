@@ -32,6 +32,7 @@ from tests.support.fake_runners import Harness
 
 TERMINAL_TURNS = {"completed", "failed", "cancelled"}
 EPS = 1e-6
+SERVER_CODES = {"runner_lost", "runner_unavailable"}  # failures the server decides; others come from a runner
 
 
 def check_settled(h: Harness, plan, turns: dict[str, str]) -> list[str]:
@@ -74,6 +75,10 @@ def _session_events(h: Harness, session_id: str, turn_ids: list[str]) -> list[st
                     out.append(f"turn {turn_id}: failed without a reason: {error!r}")
                 if error.get("code") == "internal_error":
                     out.append(f"turn {turn_id}: crashed the dispatcher: {error['message']}")
+                elif error.get("code") not in SERVER_CODES and (error.get("code"), error.get("message")) not in {
+                        (f.code, f.message) for proc in h.processes for _, f in proc.sent
+                        if isinstance(f, p.TurnFailed) and f.turn_id == turn_id}:
+                    out.append(f"turn {turn_id}: failed with {error!r}, which no runner reported")
     for turn_id in turn_ids:
         if turn_id not in ended:
             out.append(f"turn {turn_id}: no terminal event (lost silently)")
