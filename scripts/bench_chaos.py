@@ -7,7 +7,8 @@ on loopback, each in its own process group with a private data dir, then:
   messages one after another over HTTP, with a random think time between them,
   until the turn target is reached and the killer is done;
 - a killer SIGKILLs one runner process every `--kill-every` s (pids from
-  `GET /v1/runners`), preferring a runner that has a turn in flight. Kills are
+  `GET /v1/runners`), by default preferring a runner that has a turn in flight
+  (`--target any`: whichever runner the dice pick). Kills are
   paced per pool slot so no slot ever exits more than `--slot-budget` times in
   30 s: the default restart intensity (host/pool.py DEFAULT_POLICY: more than 5
   restarts within 30 s gives up) is never exceeded, so nothing is changed;
@@ -232,7 +233,7 @@ async def killer(client: OmnigentClient, plan: Plan, figures: Figures, args, rng
                         q.popleft()
                 eligible = [r for r in online if len(exits[slot_of[r["runner_id"]]]) < args.slot_budget]
                 busy_ids = {rid for _, rid in figures.in_flight.values()}
-                busy = [r for r in eligible if r["runner_id"] in busy_ids]
+                busy = [r for r in eligible if r["runner_id"] in busy_ids] if args.target == "busy" else []
                 if busy or (eligible and now >= deadline):
                     victim = rng.choice(busy or eligible)
                     break
@@ -340,6 +341,8 @@ def main() -> None:
                         help="kills per pool slot within 30 s (default intensity allows 5 restarts)")
     parser.add_argument("--think", type=float, default=1.5, help="mean seconds between a session's turns")
     parser.add_argument("--turn-timeout", type=float, default=120.0, help="a turn unanswered this long is lost")
+    parser.add_argument("--target", choices=("busy", "any"), default="busy",
+                        help="busy: prefer a runner with a turn in flight (waits up to one interval); any: any runner")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="smoke run: 60 turns, 8 kills")
     parser.add_argument("--keep", action="store_true", help="keep the data dir (logs, store)")
@@ -370,7 +373,7 @@ def main() -> None:
                              "--runners", str(args.runners)], env, "listening on ", work / "server.log")
         print(f"server {url} (pid {server.pid}), {args.runners} runners, mock LLM {mock_url}; "
               f"{args.sessions} sessions, >= {args.turns} turns, {args.kills} kills every {args.kill_every:g} s, "
-              f"<= {args.slot_budget} kills per slot in 30 s; data in {work}", flush=True)
+              f"<= {args.slot_budget} kills per slot in 30 s, target {args.target}; data in {work}", flush=True)
         run = trio.run(drive, url, args, figures)
     finally:
         code = stop(server) if server is not None else None
