@@ -262,8 +262,27 @@ class Supervisor:
         child = _Child(spec)
         self._children[spec.name] = child
         self._nursery.start_soon(self._child_loop, child, name=f"{self.name}/{spec.name}")
-        await child.settled.wait()
+        await self._settled_or_failed(child)
         return child
+
+    async def _settled_or_failed(self, child: _Child) -> None:
+        """Wait until `child` is running or gone, or until another child gave up.
+
+        A give-up stops the whole supervisor at once: waiting on for a slow
+        starter would keep restarting it after the give-up, and delay the
+        GaveUp (and what the parent does with it) by as long as it takes.
+        """
+        failed = self._failed
+        if failed is None:
+            await child.settled.wait()
+            return
+        async with trio.open_nursery() as race:
+            async def first(event: trio.Event) -> None:
+                await event.wait()
+                race.cancel_scope.cancel()
+
+            race.start_soon(first, child.settled)
+            race.start_soon(first, failed)
 
     async def _stop(self, child: _Child) -> None:
         if not child.stopping and not child.done.is_set():

@@ -21,6 +21,7 @@ Only the runner processes are fake:
 from __future__ import annotations
 
 import math
+import random
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -42,7 +43,7 @@ from omnigent.server.state import ServerState
 from omnigent.server.turns import TurnService
 from omnigent.store import Store
 from protocol import events as ev
-from supervisor import Event, RestartPolicy
+from supervisor import Event, RestartPolicy, Supervisor
 
 SIGKILL, SIGTERM = int(signal.SIGKILL), int(signal.SIGTERM)
 
@@ -62,6 +63,8 @@ class TurnScript:
     - "die": a delta with `partial` (if any) at once; after `after` s the process
       ends with `returncode` (negative: killed by that signal) and the connection drops.
     - "hang": after `after` s stop answering anything (pings included), forever.
+    - "fail": a delta with `partial` (if any) at once; after `after` s a TurnFailed
+      with `code` and `message`, as a runner whose model call failed sends it.
     - "exit_linger": like die, but the connection outlives the process by
       `linger` s (as if held outside its process group, so the supervisor's
       group SIGKILL after the exit misses it), then the dead attempt sends a
@@ -75,6 +78,8 @@ class TurnScript:
     returncode: int = -SIGKILL
     duplicate_text: str = "Hello again (duplicate)"
     linger: float = 0.0
+    code: str = "model_error"
+    message: str = "the fake model failed"
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class RunnerScript:
     start_exit_after: float = 0.0
     log_line: str = ""                   # written to its log before it exits at start
     hello_after: float = 0.0
+    hang_after: float | None = None      # stop answering anything this long after hello, busy or not
 
     def turn(self, index: int) -> TurnScript:
         return self.turns[index] if index < len(self.turns) else self.default_turn
@@ -106,6 +112,10 @@ def hangs_mid_turn(after: float = 0.0) -> RunnerScript:
 
 def fails_to_start(code: int = 3, line: str = "cannot start", after: float = 0.0) -> RunnerScript:
     return RunnerScript(start_exit=code, start_exit_after=after, log_line=line)
+
+
+def fails_turn(code: str = "model_error", message: str = "the fake model failed", after: float = 1.0) -> RunnerScript:
+    return RunnerScript(turns=(TurnScript("fail", after=after, code=code, message=message),))
 
 
 def assistant_item(text: str) -> dict[str, Any]:
@@ -174,6 +184,8 @@ class FakeRunnerProcess:
         self.sent: list[tuple[float, p.Frame]] = []
         self.late_delivered: bool | None = None  # exit_linger: did the late completion get through?
         self.server_outcome: str | None = None   # how serve_runner ended for this connection
+        self.reaped = False  # someone awaited wait() after it exited (the supervisor reaps its children)
+        self.hung_at: float | None = None  # when it stopped answering while still alive
         self._exited = trio.Event()
         self._scope = trio.CancelScope()
         to_server, from_runner = trio.open_memory_channel[str](math.inf)
@@ -187,6 +199,7 @@ class FakeRunnerProcess:
     async def wait(self) -> int:
         await self._exited.wait()
         assert self.returncode is not None
+        self.reaped = True
         return self.returncode
 
     def send_signal_group(self, sig: int) -> None:
@@ -214,10 +227,20 @@ class FakeRunnerProcess:
         if self.returncode is None:
             self.returncode = returncode
             self.exited_at = trio.current_time()
-            self.hung = True  # a dead process answers nothing, even if its socket lingers
+            self._stop_answering()  # a dead process answers nothing, even if its socket lingers
             self._exited.set()
         if not self.lingering:
             self._drop()
+
+    def _stop_answering(self) -> None:
+        if not self.hung:
+            self.hung = True
+            if self.returncode is None:
+                self.hung_at = trio.current_time()
+
+    async def _hang_later(self, after: float) -> None:
+        await trio.sleep(after)
+        self._stop_answering()
 
     def _drop(self) -> None:
         self._scope.cancel()
@@ -246,6 +269,8 @@ class FakeRunnerProcess:
                     raise AssertionError(f"expected hello.ack, got {ack!r}")
                 count = 0
                 async with trio.open_nursery() as turns:
+                    if self.script.hang_after is not None:
+                        turns.start_soon(self._hang_later, self.script.hang_after)
                     async for raw in self._in:
                         while self.hung:
                             await trio.sleep_forever()
@@ -267,6 +292,7 @@ class FakeRunnerProcess:
         turn_id = start.turn_id
         if script.action in ("answer", "duplicate"):
             await trio.sleep(script.after)
+            await self._unless_hung()
             self._send(p.TurnEvent(turn_id, {"type": ev.TEXT_DELTA, "turn_id": turn_id, "delta": script.text}))
             self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_{turn_id[-6:]}",
                                        [assistant_item(script.text)], {"total_tokens": 3}))
@@ -291,12 +317,25 @@ class FakeRunnerProcess:
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 self.late_delivered = False
             self._drop()
+        elif script.action == "fail":
+            if script.partial:
+                self._send(p.TurnEvent(turn_id, {"type": ev.TEXT_DELTA, "turn_id": turn_id,
+                                                 "delta": script.partial}))
+            await trio.sleep(script.after)
+            await self._unless_hung()
+            self._send(p.TurnFailed(turn_id, script.code, script.message))
         elif script.action == "hang":
             await trio.sleep(script.after)
-            self.hung = True
+            self._stop_answering()
             await trio.sleep_forever()
         else:
             raise ValueError(f"unknown turn action {script.action!r}")
+
+
+    async def _unless_hung(self) -> None:
+        """A hung (or dead) process sends nothing more: its turn task stops here."""
+        if self.hung:
+            await trio.sleep_forever()
 
 
 class FakeRunnerLauncher:
@@ -481,9 +520,19 @@ async def open_harness(
     max_attempts: int = 2,
     ping_interval: float = 1.0,
     ping_allowance: float = 3.0,
+    startup_timeout: float | None = None,
+    rng: random.Random | None = None,
+    store_path: str | Path | None = None,
+    store_clock: Callable[[], float] | None = None,
 ) -> AsyncIterator[Harness]:
-    """The server pieces and a real `Host` over fake runners, in one nursery (ended on exit)."""
-    store = Store(tmp_path / "chat.db")
+    """The server pieces and a real `Host` over fake runners, in one nursery (ended on exit).
+
+    For seeded runs (tests/sim): `rng` draws the supervisor's jitter, `store_clock`
+    stamps the store's rows, `store_path` may be ":memory:"; `startup_timeout`
+    is the host's allowance for a hello (its default when None).
+    """
+    store = Store(tmp_path / "chat.db" if store_path is None else store_path,
+                  **({} if store_clock is None else {"clock": store_clock}))
     try:
         async with trio.open_nursery() as nursery:
             hub = EventHub()
@@ -500,6 +549,10 @@ async def open_harness(
                         runners=runners, env={}, policy=policy, launcher=launcher)
             harness = Harness(tmp_path, store, hub, registry, turns, state, host, launcher, nursery,
                               server_end, host_end)
+            if rng is not None:
+                host.supervisor = Supervisor(policy, name="host", rng=rng)
+            if startup_timeout is not None:
+                host.startup_timeout = startup_timeout
             nursery.start_soon(_record, host.supervisor.subscribe(), harness.supervisor_events)
             nursery.start_soon(host.run)  # not start(): a host that gives up never reports started
             yield harness

@@ -354,6 +354,26 @@ async def test_gave_up_stops_the_other_children_first(autojump_clock, tmp_path):
     assert launcher.processes[0].returncode == -SIGTERM
 
 
+async def test_gave_up_while_another_child_is_still_starting_stops_it_at_once(autojump_clock, tmp_path):
+    """Found by the recovery simulation (tests/sim, seed 2626): the start-up loop waited for the
+    slow starter to get running and kept restarting it after the first child had given up."""
+    async def slow_ready(config, handle):
+        await trio.sleep(10)
+
+    launcher = FakeLauncher(lambda n: Behaviour(lifetime=1, rc=7) if n != 1 else Behaviour())
+    sup = Supervisor(RestartPolicy(base=1, jitter=0, intensity=1))
+    channel = sup.subscribe()
+    with pytest.raises(GaveUp) as info:
+        await sup.run([fake_child("flaky", launcher, tmp_path),
+                       fake_child("slow", launcher, tmp_path, ready=slow_ready)])
+    assert info.value.child == "flaky" and trio.current_time() == 3
+    events = [(e.kind, e.child, e.time) for e in drain(channel) if e.kind != "exited"]
+    # flaky: runs 0-1, waits 1, runs 2-3, gives up; slow (launched at 0) is stopped then, not at 10
+    assert events == [("starting", "flaky", 0), ("running", "flaky", 0), ("starting", "slow", 0),
+                      ("restarting", "flaky", 1), ("starting", "flaky", 2), ("running", "flaky", 2),
+                      ("gave_up", "flaky", 3), ("stopping", "slow", 3), ("stopped", "slow", 3)]
+
+
 async def test_dynamic_start_child(autojump_clock, tmp_path):
     async def slow_ready(config, handle):
         await trio.sleep(2)
