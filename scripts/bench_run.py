@@ -5,6 +5,9 @@ Prints figures; asserts nothing (targets are checked by reading them):
   - peak memory of all its processes together (sum of PSS, sampled), and of the largest one
   - processes left alive after it exits (must be 0)
 
+  - the same as a ratio to `python -c "import openai, trio"` timed in the same run, interleaved
+    (the machine's speed and load cancel out of the ratio)
+
 Usage: python scripts/bench_run.py [--runs 10] [--mem-runs 3]
 """
 
@@ -88,6 +91,13 @@ def one_run(env: dict[str, str], *, sample: bool) -> tuple[float, int, int, int,
     return wall, peak_total, peak_one, len(left), out.strip()
 
 
+def import_reference() -> float:
+    """Wall time of `python -c "import openai, trio"`: the floor a runner's start-up stands on."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import openai, trio"], check=True)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
@@ -97,8 +107,9 @@ def main() -> None:
     env = {**os.environ, "OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": "mock"}
     try:
         one_run(env, sample=False)  # warm the OS page cache, as any second run would be
-        walls, left = [], 0
+        walls, refs, left = [], [], 0
         for _ in range(args.runs):
+            refs.append(import_reference())
             wall, _, _, n_left, _ = one_run(env, sample=False)
             walls.append(wall)
             left += n_left
@@ -108,6 +119,8 @@ def main() -> None:
         mock.wait()
     print(f"cold `omnigent run -p` wall time over {args.runs} runs (fresh HOME each):")
     print(f"  median {statistics.median(walls):.3f} s   min {min(walls):.3f} s   max {max(walls):.3f} s")
+    print(f"`python -c \"import openai, trio\"` over the same runs: median {statistics.median(refs):.3f} s")
+    print(f"  ratio run -p / import: {statistics.median(walls) / statistics.median(refs):.2f}")
     print(f"peak memory, all processes together (PSS, sampled every 5 ms, {args.mem_runs} runs):")
     print(f"  max {max(m[1] for m in mems) / 1024:.1f} MiB   largest single process {max(m[2] for m in mems) / 1024:.1f} MiB")
     print(f"processes left alive after exit: {left + sum(m[3] for m in mems)}")

@@ -52,7 +52,8 @@ async def run_server(
     token: str,
     host_links: list[LinkEnd] = (),
     runner_wait: float = 30.0,
-    max_attempts: int = 2,
+    max_losses: int = 5,
+    max_attempts: int | None = None,  # the old name of max_losses
     loopback_only: bool = True,
     require_client_token: bool = False,
     ping_interval: float = 1.0,
@@ -73,7 +74,7 @@ async def run_server(
             hub = EventHub()
             registry = RunnerRegistry()
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
-                                max_attempts=max_attempts)
+                                max_losses=max_losses, max_attempts=max_attempts)
             state = ServerState(store, hub, registry, turns, token, loopback_only=loopback_only,
                                 require_client_token=require_client_token,
                                 ping_interval=ping_interval, ping_allowance=ping_allowance)
