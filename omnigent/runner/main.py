@@ -59,6 +59,7 @@ from protocol import (
     encode,
 )
 
+from . import _early_exit
 from ._log import log, one_line
 
 # Must match harness.HARNESSES (a unit test checks), without importing openai.
@@ -385,6 +386,7 @@ async def _watch_stdin(runner: Runner, *, task_status: trio.TaskStatus[None] = t
         os.close(fd)
         log(f"cannot watch stdin: {exc}")
         return
+    _early_exit.disarm()  # the loop watches from here on
     async with stream:
         try:
             while await stream.receive_some(4096):
