@@ -173,7 +173,7 @@ class TurnService:
     async def _worker(self, session_id: str) -> None:
         while True:
             self._wake[session_id] = trio.Event()
-            turn = self.store.next_queued_turn(session_id)
+            turn = self.store.next_own_queued_turn(session_id, os.getpid())  # not another process's
             if turn is None:
                 await self._wake[session_id].wait()
                 continue

@@ -733,6 +733,20 @@ class Store:
             return self._insert_items(conv_id, [json.loads(row[0])], turn_id=None, response_id=None,
                                       status=None, output_indexed=False)[0]
 
+    def next_own_queued_turn(self, conv_id: str, owner_pid: int) -> dict | None:
+        """The oldest 'queued' turn of a conversation that the process `owner_pid` posted.
+
+        Each process runs only its own turns: another live process's queued
+        turn is its to run (and its client waits for it there).
+        """
+        return _turn(
+            self._one(
+                _TURN_SELECT + """ WHERE t.conversation_id = ? AND t.status = 'queued' AND t.owner_pid = ?
+                                   ORDER BY t.created_at, t.rowid LIMIT 1""",
+                [conv_id, owner_pid],
+            )
+        )
+
     def runner_loads(self, runner_ids: Iterable[str]) -> dict[str, int]:
         """How many conversations are bound to each of `runner_ids` (0 for none)."""
         runner_ids = list(runner_ids)
