@@ -1,6 +1,6 @@
 """Recovery timing knobs, from the environment, checked before anything starts.
 
-Defaults catch a hung runner within ~PING_ALLOWANCE s, let a turn cost up to
+Defaults catch a hung runner within ~6 s, let a turn cost up to
 5 runners (lost mid-turn) before it fails with `runner_lost`, and let a message
 wait 30 s for a runner. Tests and unusual deployments (slow machines, long
 model calls that block a runner's loop) change them.
@@ -16,7 +16,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Tuning:
     ping_interval: float = 1.0   # seconds between pings to a runner
-    ping_allowance: float = 3.0  # pings' worth of silence before a runner counts as hung
+    # pings' worth of silence before a runner counts as hung: a busy runner on a loaded 2-core
+    # machine was measured silent for up to ~1 s (scripts/bench_pings.py), 6.4 s before the
+    # openai SDK's request building moved off its loop; the old 3 s killed live runners
+    ping_allowance: float = 6.0
     turn_losses: int = 5         # runners a turn may lose (mid-turn) before it fails: runner_lost
     runner_wait: float = 30.0    # how long a message waits for a runner to come online
 

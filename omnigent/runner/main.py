@@ -223,8 +223,10 @@ class Runner:
 
     def _import_harness(self) -> None:
         # In a worker thread: the loop keeps watching stdin and signals meanwhile.
-        from omnigent.runner import harness
+        from omnigent.runner import harness, offload
 
+        if len(offload.install()) < 2:
+            log("could not move the openai SDK's request building off the loop; long histories may delay pongs")
         pool = harness.ClientPool()
         try:
             harness.prewarm(pool, self.environ)

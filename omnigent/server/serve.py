@@ -57,7 +57,7 @@ async def run_server(
     loopback_only: bool = True,
     require_client_token: bool = False,
     ping_interval: float = 1.0,
-    ping_allowance: float = 3.0,
+    ping_allowance: float = 6.0,
     task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     from hypercorn.config import Config
