@@ -36,15 +36,18 @@ class Claims:
         """Another live process's turn runs on this conversation now: do not touch its binding."""
         return self.store.claimed_elsewhere(session_id, self.owner)
 
-    @asynccontextmanager
-    async def hold(self, session_id: str, turn_id: str) -> AsyncIterator[None]:
-        """Wait for the conversation's claim, keep it renewed inside, release it after."""
+    async def acquire(self, session_id: str, turn_id: str) -> None:
+        """Wait until this turn service holds the conversation's claim (cancellable: nothing held yet)."""
         waited = False
         while not self.store.claim_conversation(session_id, self.owner, turn_id=turn_id, lease=LEASE):
             if not waited:
                 log.info("turn %s waits for another process's turn on %s", turn_id, session_id)
                 waited = True
             await trio.sleep(POLL_EVERY)
+
+    @asynccontextmanager
+    async def renewed(self, session_id: str, turn_id: str) -> AsyncIterator[None]:
+        """Keep an acquired claim's lease running inside; release the claim after."""
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._renew, session_id, turn_id)
@@ -59,8 +62,7 @@ class Claims:
         while True:
             await trio.sleep(RENEW_EVERY)
             if not self.store.renew_claim(session_id, self.owner, lease=LEASE):
-                # our lease ran out and another process took over: nothing to undo from
-                # here; say so, and take it back (at once if that process died again)
+                # our lease ran out (a loop stalled for LEASE s) and another process took
+                # over: say so, and take it back as soon as that process lets go
                 log.warning("turn %s lost its claim on %s to another process", turn_id, session_id)
-                while not self.store.claim_conversation(session_id, self.owner, turn_id=turn_id, lease=LEASE):
-                    await trio.sleep(POLL_EVERY)
+                await self.acquire(session_id, turn_id)

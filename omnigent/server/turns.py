@@ -71,6 +71,7 @@ class TurnService:
         self._active: dict[str, tuple[str, RunnerConn]] = {}  # session -> (turn id, runner)
         self._retrying: set[str] = set()  # sessions whose interrupted turn waits for a runner
         self._unadopted: set[str] = set()  # lost runners whose sessions wait for the next runner
+        self._waiting: dict[str, trio.CancelScope] = {}  # sessions whose turn waits without a runner
         self._handled: set[str] = set()  # lost runners whose sessions were moved (left ones may be taken)
         self.exit_report_wait = 0.2
 
@@ -97,7 +98,10 @@ class TurnService:
     async def interrupt(self, session_id: str) -> bool:
         active = self._active.get(session_id)
         if active is None:
-            return False
+            waiting = self._waiting.get(session_id)  # behind another process, or a paced retry
+            if waiting is not None:
+                waiting.cancel()
+            return waiting is not None
         turn_id, conn = active
         try:
             await conn.send(p.Cancel(turn_id=turn_id))
@@ -178,8 +182,11 @@ class TurnService:
                 await self._wake[session_id].wait()
                 continue
             try:
+                if not await self._wait(session_id, self.claims.acquire(session_id, turn["id"])):
+                    self._cancelled(session_id, turn["id"])
+                    continue
                 # history is read only inside the claim: it has the answer this turn waited for
-                async with self.claims.hold(session_id, turn["id"]):
+                async with self.claims.renewed(session_id, turn["id"]):
                     self.store.place_pending(session_id, turn["input_item_id"])
                     await self._run_turn(session_id, turn)
             except Exception:  # one broken turn must not stop the session's queue
@@ -190,7 +197,10 @@ class TurnService:
         turn_id = turn["id"]
         losses: list[float] = []  # when each runner was lost under this turn
         while True:
-            await self._pace(losses)
+            if not await self._wait(session_id, self._pace(losses)):
+                self._retrying.discard(session_id)
+                self._cancelled(session_id, turn_id)
+                return
             try:
                 conn = await self._runner_for(session_id)
             except NoRunner as exc:
@@ -211,10 +221,26 @@ class TurnService:
                    f"the runner was lost {len(losses)} times while running this turn; "
                    f"it is not dispatched again (OMNIGENT_TURN_LOSSES={self.max_losses})")
 
+    async def _wait(self, session_id: str, waiting: Any) -> bool:
+        """Run a wait (for the claim, or a paced re-dispatch) that `interrupt` may end: False if it did."""
+        with trio.CancelScope() as scope:
+            self._waiting[session_id] = scope
+            try:
+                await waiting
+            finally:
+                del self._waiting[session_id]
+        return not scope.cancelled_caught
+
+    def _cancelled(self, session_id: str, turn_id: str) -> None:
+        self.store.finish_turn(turn_id, "cancelled", error="cancelled")
+        self.hub.publish(session_id, ev.CANCELLED, turn_id=turn_id)
+        self.hub.publish(session_id, ev.SESSION_STATUS, status="idle")
+
     async def _pace(self, losses: list[float]) -> None:
         """Hold a re-dispatch while this turn lost `loss_budget` runners in the last `loss_window` s."""
         while True:
-            recent = [t for t in losses if t > trio.current_time() - self.loss_window]
+            now = trio.current_time()
+            recent = [t for t in losses if t + self.loss_window > now]  # as sleep_until compares
             if len(recent) < self.loss_budget:
                 return
             log.warning("a turn lost %d runners within %g s: its next attempt waits %.1f s",

@@ -232,3 +232,31 @@ async def test_a_lost_runner_leaves_a_session_claimed_by_another_live_process_al
             await h.until_terminal(claimed, queue(h, claimed, "again")["id"])
             assert h.store.get_conversation(claimed)["runner_id"] in h.registry.online
             assert os.getpid() == ClaimOwner.this_process().pid
+
+
+async def test_interrupt_ends_a_turn_waiting_behind_another_process_or_a_paced_retry(autojump_clock, tmp_path):
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, _poison_scripts, policy=DEFAULT_POLICY, max_attempts=5) as h:
+            await h.online(1)
+            # behind another process's claim
+            sid = h.new_session()
+            assert h.store.claim_conversation(sid, _another_process(), turn_id=None, lease=60)
+            waiting = queue(h, sid, "waiting")
+            await trio.sleep(3)
+            assert await h.turns.interrupt(sid)
+            await h.until_terminal(sid, waiting["id"])
+            assert [e["turn_id"] for e in events_of(h, sid, ev.CANCELLED)] == [waiting["id"]]
+            assert h.store.get_turn(waiting["id"])["status"] == "cancelled"
+            h.store.release_claim(sid, _another_process())
+            # a poison turn paused after three losses
+            other = h.new_session()
+            await h.until_terminal(other, queue(h, other, "first")["id"])
+            poison_sid = h.new_session()
+            poison = queue(h, poison_sid, "poison")
+            await h.until(lambda: len([p for p in h.processes if not p.alive]) >= 3)
+            await trio.sleep(5)
+            assert h.turns.active_runner(poison_sid) is None  # paused, on no runner
+            assert await h.turns.interrupt(poison_sid)
+            await h.until_terminal(poison_sid, poison["id"])
+            assert h.store.get_turn(poison["id"])["status"] == "cancelled"
+            assert events_of(h, poison_sid, ev.FAILED) == []
