@@ -3,7 +3,11 @@
 import os
 import sys
 
-from omnigent.runner.main import main
+from omnigent.runner import _early_exit
+
+_early_exit.arm()  # before the imports below: the parent may die while they run
+
+from omnigent.runner.main import main  # noqa: E402
 
 code = main()
 # Everything is closed by now; skipping interpreter teardown (~0.2 s with

@@ -7,10 +7,18 @@ cancel scope, and exiting promptly and cleanly when stdin reaches EOF (a dead
 supervisor leaves no orphan, G9), when the websocket closes, or on SIGTERM.
 
 Top-level imports stay at trio, trio_websocket, protocol and the standard
-library. openai (via `harness`, ~0.3-0.5 s) is imported and the first client
-built before dialing: a runner starts while its server starts, so the import
-overlaps the server's own, and "online" then means ready for a turn at once
-(stack-notes §5, G14).
+library. openai (via `harness`, ~0.3-0.5 s, seconds under load) is imported
+and the first client built before dialing: a runner starts while its server
+starts, so the import overlaps the server's own, and "online" then means
+ready for a turn at once (stack-notes §5, G14). The import runs in a worker
+thread while stdin and signals are already watched, so a runner whose parent
+dies mid-import still exits at once (the thread is abandoned).
+
+Staying responsive: pongs are sent from the receive loop straight to the
+socket, not queued behind turn events, and nothing heavy runs on the loop
+(the openai import, and decoding or encoding large frames, run in a worker
+thread), so a runner busy with turns on a loaded machine still answers pings
+and is not killed as hung.
 """
 
 from __future__ import annotations
@@ -44,12 +52,14 @@ from protocol import (
     Ping,
     Pong,
     ProtocolError,
+    TurnCompleted,
     TurnFailed,
     TurnStart,
     decode,
     encode,
 )
 
+from . import _early_exit
 from ._log import log, one_line
 
 # Must match harness.HARNESSES (a unit test checks), without importing openai.
@@ -61,6 +71,7 @@ CONNECT_PATIENCE = 30.0    # the server may still be starting
 RETRY_FIRST, RETRY_CAP = 0.05, 1.0
 HELLO_TIMEOUT = 10.0
 OUTBOX_SIZE = 256
+THREAD_CODEC_BYTES = 64 * 1024  # frames larger than this are decoded/encoded off the loop
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
@@ -117,8 +128,16 @@ class Runner:
         self.stopping = True
         self._active.cancel()
 
+    def _stoppable(self) -> trio.CancelScope:
+        """A fresh scope for the next phase that `request_stop` cancels (at once if already stopping)."""
+        self._active = trio.CancelScope()
+        if self.stopping:
+            self._active.cancel()
+        return self._active
+
     async def connect_and_serve(self) -> int:
         """Dial with capped backoff while the server is unreachable, then serve until the end."""
+        self._stoppable()
         deadline = trio.current_time() + CONNECT_PATIENCE
         delay = RETRY_FIRST
         attempts = 0
@@ -202,22 +221,29 @@ class Runner:
         log(f"online as {self.config.runner_id} at {self.config.ws_url} (pid {os.getpid()})")
         return True
 
-    def _load_harness(self) -> ModuleType:
-        # Blocks the loop for the openai import (~0.3-0.5 s), once.
-        if self._harness is None:
-            from omnigent.runner import harness
+    def _import_harness(self) -> None:
+        # In a worker thread: the loop keeps watching stdin and signals meanwhile.
+        from omnigent.runner import harness, offload
 
-            self._harness = harness
-            self._pool = harness.ClientPool()
-        return self._harness
-
-    def prewarm(self) -> None:
-        """Pay the import and the first client's cost before dialing, not inside the first turn."""
-        harness = self._load_harness()
+        if len(offload.install()) < 2:
+            log("could not move the openai SDK's request building off the loop; long histories may delay pongs")
+        pool = harness.ClientPool()
         try:
-            harness.prewarm(self._pool, self.environ)
+            harness.prewarm(pool, self.environ)
         except Exception as exc:  # only an optimisation; the turn will report a real problem
             log(f"prewarm failed: {one_line(exc)}")
+        self._harness, self._pool = harness, pool
+
+    async def prewarm(self) -> None:
+        """Pay the import and the first client's cost before dialing, not inside the first turn."""
+        with self._stoppable():  # stopping abandons the thread: os._exit ends it with us
+            await trio.to_thread.run_sync(self._import_harness, abandon_on_cancel=True)
+
+    async def _load_harness(self) -> ModuleType:
+        if self._harness is None:  # prewarm failed to import it: the turn says why
+            await trio.to_thread.run_sync(self._import_harness)
+        assert self._harness is not None
+        return self._harness
 
     async def _receive_loop(
         self, ws: WebSocketConnection, send: trio.MemorySendChannel[Frame], nursery: trio.Nursery
@@ -232,7 +258,13 @@ class Runner:
             if frame is None:
                 return
             if isinstance(frame, Ping):
-                await send.send(Pong(frame.ts))
+                # straight to the socket, not behind the turns' queued events: the
+                # websocket's send lock lets it wait behind at most the frame being sent
+                try:
+                    await ws.send_message(encode(Pong(frame.ts)))
+                except ConnectionClosed as exc:
+                    log(f"connection closed while sending a pong: {_close_reason(exc)}")
+                    return
             elif isinstance(frame, TurnStart):
                 self._start_turn(frame, send, nursery)
             elif isinstance(frame, Cancel):
@@ -249,10 +281,10 @@ class Runner:
     async def _send_loop(
         self, ws: WebSocketConnection, outbox: trio.MemoryReceiveChannel[Frame], nursery: trio.Nursery
     ) -> None:
-        # The only writer: a cancelled turn can never cut a frame in half, and
-        # a pong waits behind at most the frames already queued, never a turn.
+        # The turns' only writer: a cancelled turn can never cut a frame in half.
+        # (Pongs go out from the receive loop; the websocket serialises whole messages.)
         async for frame in outbox:
-            data = encode(frame)
+            data = await _encode(frame)
             if len(data) > MAX_FRAME_BYTES:
                 turn_id = getattr(frame, "turn_id", "?")
                 log(f"turn {turn_id}: {frame.kind} frame of {len(data)} bytes exceeds the limit; dropped")
@@ -297,7 +329,7 @@ class Runner:
 
     async def _execute(self, turn: TurnStart, send: trio.MemorySendChannel[Frame]) -> Frame:
         try:
-            harness = self._load_harness()
+            harness = await self._load_harness()
             return await harness.execute(self._pool, turn, send.send, self.environ)
         except Exception as exc:  # a bug in a turn must not take the other turns down
             log(f"turn {turn.turn_id} crashed:\n{traceback.format_exc().rstrip()}")
@@ -307,6 +339,8 @@ class Runner:
 
     async def _decode(self, ws: WebSocketConnection, raw: str | bytes) -> Frame | None:
         try:
+            if len(raw) > THREAD_CODEC_BYTES:  # a long history: parsing it must not hold the loop
+                return await trio.to_thread.run_sync(decode, raw)
             return decode(raw)
         except ProtocolError as exc:
             await self._protocol_error(ws, exc.reason, exc.close_code)
@@ -321,6 +355,13 @@ class Runner:
             await ws.aclose(code, reason[:120])
 
 
+async def _encode(frame: Frame) -> str | bytes:
+    # A turn's output can be large; cheap frames (events, pongs) stay on the loop.
+    if isinstance(frame, TurnCompleted):
+        return await trio.to_thread.run_sync(encode, frame)
+    return encode(frame)
+
+
 def _why(exc: BaseException) -> str:
     cause = exc.__cause__ or exc.__context__
     return one_line(f"{type(exc).__name__}: {cause}" if cause is not None else repr(exc), 200)
@@ -333,8 +374,9 @@ def _close_reason(exc: ConnectionClosed) -> str:
     return f"code {reason.code}" + (f" ({reason.reason})" if reason.reason else "")
 
 
-async def _watch_stdin(runner: Runner) -> None:
+async def _watch_stdin(runner: Runner, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Stop at EOF on stdin: the supervisor holds the other end, so its death closes it (G9)."""
+    task_status.started()
     try:
         fd = os.dup(0)
     except OSError:
@@ -346,6 +388,7 @@ async def _watch_stdin(runner: Runner) -> None:
         os.close(fd)
         log(f"cannot watch stdin: {exc}")
         return
+    _early_exit.disarm()  # the loop watches from here on
     async with stream:
         try:
             while await stream.receive_some(4096):
@@ -367,8 +410,8 @@ async def run(config: Config, environ: Mapping[str, str] = os.environ) -> int:
     log(f"started pid {os.getpid()}, server {config.server_url}")
     async with trio.open_nursery() as nursery:
         await nursery.start(_watch_signals, runner)
-        nursery.start_soon(_watch_stdin, runner)
-        runner.prewarm()
+        await nursery.start(_watch_stdin, runner)
+        await runner.prewarm()  # in a thread: stdin EOF or SIGTERM stops us even mid-import
         try:
             code = await runner.connect_and_serve()
         finally:

@@ -231,8 +231,8 @@ def create_app(state: ServerState) -> QuartTrio:
             raise invalid("'data' must be a user message object")
         files.reject_attachments(data.get("content"), store, conv)
         content = _content(data.get("content"))
-        item = store.append_item(session_id, {"type": "message", "role": "user", "content": content})
-        turn = store.create_turn(session_id, item["id"])
+        # stored now, or once the turn this one waits behind has answered (recovery, issue 7 §10)
+        item, turn = store.queue_message(session_id, {"type": "message", "role": "user", "content": content})
         state.hub.publish(session_id, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
         state.turns.submit(session_id)
         return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202

@@ -60,10 +60,11 @@ async def run_server(
     token: str | None,
     host_links: list[LinkEnd] = (),
     runner_wait: float = 30.0,
-    max_attempts: int = 2,
+    max_losses: int = 5,
+    max_attempts: int | None = None,  # the old name of max_losses
     allow_hosts: tuple[str, ...] = (),
     ping_interval: float = 1.0,
-    ping_allowance: float = 3.0,
+    ping_allowance: float = 6.0,
     task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     from hypercorn.config import Config
@@ -83,7 +84,7 @@ async def run_server(
             hub = EventHub()
             registry = RunnerRegistry()
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
-                                max_attempts=max_attempts)
+                                max_losses=max_losses, max_attempts=max_attempts)
             state = ServerState(store, hub, registry, turns, token, guard=guard,
                                 ping_interval=ping_interval, ping_allowance=ping_allowance)
             for link in host_links:

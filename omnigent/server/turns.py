@@ -1,10 +1,23 @@
 """Runs each session's turns, one at a time, on the session's runner.
 
-A user message is already stored when it gets here. Every session has one
-worker task that takes its queued turns in order, finds (or binds) an online
-runner, sends it the whole history, relays the runner's events to the hub and
-stores the answer once per turn. If the runner is lost mid-turn the turn is
-marked interrupted and dispatched again, up to `max_attempts`.
+A user message is already stored (or pending, see `Store.queue_message`) when
+it gets here. Every session has one worker task that takes its queued turns
+in order, waits for the conversation's claim (one turn at a time across
+processes, `claims.py`), finds (or binds) an online runner, sends it the whole
+history, relays the runner's events to the hub and stores the answer once per
+turn.
+
+Placement spreads sessions: an unbound session, and each session of a lost
+runner, goes to the least loaded placeable runner, so one kill hits few.
+
+If the runner is lost mid-turn the turn is marked interrupted and dispatched
+again, until it has cost `max_losses` runners: then it fails with
+`runner_lost` and is not dispatched again. Re-dispatch is paced so that one
+turn loses at most `loss_budget` runners in any `loss_window` s: a poison turn
+(one that kills every runner it reaches) thus stays inside the host's restart
+intensity (more than 5 restarts of a slot in 30 s gives up) and cannot take
+every other session down with it, while the usual case, a second kill hitting
+the runner that took over, is retried at once.
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ from protocol import events as ev
 
 from ..store import Store
 from .history import build_history
+from .claims import Claims
 from .hub import EventHub
 from .registry import RunnerConn, RunnerRegistry
 
@@ -39,18 +53,27 @@ class TurnService:
         nursery: trio.Nursery,
         *,
         runner_wait: float = 30.0,
-        max_attempts: int = 2,
+        max_losses: int = 5,
+        max_attempts: int | None = None,
+        loss_window: float = 30.0,
+        loss_budget: int = 3,
+        claims: Claims | None = None,
     ) -> None:
         self.store = store
         self.hub = hub
         self.registry = registry
         self._nursery = nursery
         self.runner_wait = runner_wait
-        self.max_attempts = max_attempts
+        self.max_losses = max_attempts if max_attempts is not None else max_losses  # old name kept
+        self.loss_window = loss_window
+        self.loss_budget = loss_budget
+        self.claims = claims or Claims(store)
         self._wake: dict[str, trio.Event] = {}
         self._active: dict[str, tuple[str, RunnerConn]] = {}  # session -> (turn id, runner)
         self._retrying: set[str] = set()  # sessions whose interrupted turn waits for a runner
         self._unadopted: set[str] = set()  # lost runners whose sessions wait for the next runner
+        self._waiting: dict[str, trio.CancelScope] = {}  # sessions whose turn waits without a runner
+        self._handled: set[str] = set()  # lost runners whose sessions were moved (left ones may be taken)
         self.exit_report_wait = 0.2
 
     # --- entry points -------------------------------------------------------
@@ -76,7 +99,10 @@ class TurnService:
     async def interrupt(self, session_id: str) -> bool:
         active = self._active.get(session_id)
         if active is None:
-            return False
+            waiting = self._waiting.get(session_id)  # behind another process, or a paced retry
+            if waiting is not None:
+                waiting.cancel()
+            return waiting is not None
         turn_id, conn = active
         try:
             await conn.send(p.Cancel(turn_id=turn_id))
@@ -90,9 +116,9 @@ class TurnService:
         self._nursery.start_soon(self._handle_loss, runner_id)
 
     def runner_joined(self, conn: RunnerConn) -> None:
-        """A new runner adopts the sessions of runners lost while none could take them."""
+        """A new runner (with the others online) adopts the sessions of runners lost while none could."""
         for old in list(self._unadopted):
-            self._rebind(old, conn)
+            self._spread(old)
         self._unadopted.clear()
 
     async def _handle_loss(self, runner_id: str) -> None:
@@ -104,9 +130,8 @@ class TurnService:
         cause = gone.cause if gone else "disconnected"
         for session_id in self.store.conversations_for_runner(runner_id):
             self.hub.publish(session_id, ev.RUNNER_LOST, runner_id=runner_id, cause=cause)
-        others = self.registry.placeable()
-        if others:  # e.g. the warm spare: take over now, the supervisor refills in the background
-            self._rebind(runner_id, others[0])
+        if self.registry.placeable():  # e.g. the warm spare: take over now, the supervisor refills
+            self._spread(runner_id)
         else:
             self._unadopted.add(runner_id)
 
@@ -114,37 +139,69 @@ class TurnService:
         gone = self.registry.departed.get(runner_id)
         return gone is None or gone.reported or runner_id in self.registry.online
 
-    def _rebind(self, old: str, conn: RunnerConn) -> None:
+    def _spread(self, old: str) -> None:
+        """Move the lost runner's sessions over the placeable runners, each to the least loaded.
+
+        A session whose claim a live other process holds is left alone: that
+        process runs its turn on a runner of its own.
+        """
         gone = self.registry.departed.get(old)
-        moved = self.store.rebind_runner(old, conn.runner_id)
-        for session_id in moved:
+        loads = self._loads()
+        moved = False
+        for session_id in self.store.conversations_for_runner(old):
+            if not loads or self.claims.held_elsewhere(session_id):
+                continue
+            conn = _least_loaded(loads)
+            if not self.store.bind_runner(session_id, conn.runner_id, expected=old):
+                continue  # rebound meanwhile (another process holding its claim)
+            bound, running, at, _ = loads[conn.runner_id]
+            loads[conn.runner_id] = (bound + 1, running, at, conn)
+            moved = True
             self.hub.publish(
                 session_id, ev.RUNNER_REBOUND, old_runner_id=old, new_runner_id=conn.runner_id,
                 cause=gone.cause if gone else "disconnected",
                 downtime=round(trio.current_time() - gone.at, 3) if gone else 0.0,
                 retrying=session_id in self._retrying or self.active_runner(session_id) == old,
             )
+        self._handled.add(old)
         if moved:
             self.registry.notify_changed()  # workers waiting in _runner_for re-read their binding
+
+    def _loads(self) -> dict[str, tuple[int, int, float, RunnerConn]]:
+        """Each placeable runner's load: (sessions bound, turns running, connected at, the runner)."""
+        conns = self.registry.placeable()
+        bound = self.store.runner_loads(c.runner_id for c in conns)
+        return {c.runner_id: (bound[c.runner_id], len(c.turns), c.connected_at, c) for c in conns}
 
     # --- the per-session worker ----------------------------------------------
 
     async def _worker(self, session_id: str) -> None:
         while True:
             self._wake[session_id] = trio.Event()
-            turn = self.store.next_queued_turn(session_id)
+            turn = self.store.next_own_queued_turn(session_id, os.getpid())  # not another process's
             if turn is None:
                 await self._wake[session_id].wait()
                 continue
             try:
-                await self._run_turn(session_id, turn)
+                if not await self._wait(session_id, self.claims.acquire(session_id, turn["id"])):
+                    self._cancelled(session_id, turn["id"])
+                    continue
+                # history is read only inside the claim: it has the answer this turn waited for
+                async with self.claims.renewed(session_id, turn["id"]):
+                    self.store.place_pending(session_id, turn["input_item_id"])
+                    await self._run_turn(session_id, turn)
             except Exception:  # one broken turn must not stop the session's queue
                 log.exception("turn %s crashed the dispatcher", turn["id"])
                 self._fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
 
     async def _run_turn(self, session_id: str, turn: dict[str, Any]) -> None:
         turn_id = turn["id"]
-        for _ in range(self.max_attempts):
+        losses: list[float] = []  # when each runner was lost under this turn
+        while True:
+            if not await self._wait(session_id, self._pace(losses)):
+                self._retrying.discard(session_id)
+                self._cancelled(session_id, turn_id)
+                return
             try:
                 conn = await self._runner_for(session_id)
             except NoRunner as exc:
@@ -155,11 +212,41 @@ class TurnService:
             outcome = await self._attempt(session_id, turn_id, conn)
             if outcome != "lost":
                 return
+            losses.append(trio.current_time())
             self.store.finish_turn(turn_id, "interrupted", error=f"runner {conn.runner_id} was lost")
+            if len(losses) >= self.max_losses:
+                break
             self._retrying.add(session_id)
         self._retrying.discard(session_id)
         self._fail(session_id, turn_id, "runner_lost",
-                   f"the runner was lost {self.max_attempts} times while running this turn")
+                   f"the runner was lost {len(losses)} times while running this turn; "
+                   f"it is not dispatched again (OMNIGENT_TURN_LOSSES={self.max_losses})")
+
+    async def _wait(self, session_id: str, waiting: Any) -> bool:
+        """Run a wait (for the claim, or a paced re-dispatch) that `interrupt` may end: False if it did."""
+        with trio.CancelScope() as scope:
+            self._waiting[session_id] = scope
+            try:
+                await waiting
+            finally:
+                del self._waiting[session_id]
+        return not scope.cancelled_caught
+
+    def _cancelled(self, session_id: str, turn_id: str) -> None:
+        self.store.finish_turn(turn_id, "cancelled", error="cancelled")
+        self.hub.publish(session_id, ev.CANCELLED, turn_id=turn_id)
+        self.hub.publish(session_id, ev.SESSION_STATUS, status="idle")
+
+    async def _pace(self, losses: list[float]) -> None:
+        """Hold a re-dispatch while this turn lost `loss_budget` runners in the last `loss_window` s."""
+        while True:
+            now = trio.current_time()
+            recent = [t for t in losses if t + self.loss_window > now]  # as sleep_until compares
+            if len(recent) < self.loss_budget:
+                return
+            log.warning("a turn lost %d runners within %g s: its next attempt waits %.1f s",
+                        len(recent), self.loss_window, recent[0] + self.loss_window - trio.current_time())
+            await trio.sleep_until(recent[0] + self.loss_window)
 
     async def _attempt(self, session_id: str, turn_id: str, conn: RunnerConn) -> str:
         conv = self.store.get_conversation(session_id)
@@ -206,7 +293,7 @@ class TurnService:
     # --- helpers -------------------------------------------------------------
 
     async def _runner_for(self, session_id: str) -> RunnerConn:
-        """The session's runner if online, else bind one (compare-and-set), waiting a bounded time."""
+        """The session's runner if online, else bind the least loaded (compare-and-set), waiting a bounded time."""
         with trio.move_on_after(self.runner_wait):
             while True:
                 conv = self.store.get_conversation(session_id)
@@ -214,16 +301,17 @@ class TurnService:
                 if bound and bound in self.registry.online:
                     return self.registry.online[bound]
                 # a runner lost in this server's life is replaced by runner_left/joined
-                # (with the notices); only unbound or stale bindings are taken here
-                adoptable = bound is None or bound not in self.registry.departed
-                for conn in self.registry.placeable() if adoptable else ():
+                # (with the notices); only unbound, stale or left-behind bindings are taken here
+                adoptable = bound is None or bound not in self.registry.departed or bound in self._handled
+                loads = self._loads() if adoptable else {}
+                if loads:
+                    conn = _least_loaded(loads)
                     if self.store.bind_runner(session_id, conn.runner_id, expected=bound):
                         return conn
-                    break  # someone else rebound it: re-read
-                else:
-                    if self.registry.gave_up:
-                        raise NoRunner(f"runners cannot stay up: {self.registry.gave_up}")
-                    await self.registry.wait_changed()
+                    continue  # someone else rebound it: re-read
+                if self.registry.gave_up:
+                    raise NoRunner(f"runners cannot stay up: {self.registry.gave_up}")
+                await self.registry.wait_changed()
         raise NoRunner(f"no runner came online within {self.runner_wait:g} s")
 
     def _history(self, session_id: str, input_item_id: str) -> list[dict[str, Any]]:
@@ -251,3 +339,9 @@ class TurnService:
         error = {"code": code, "message": message}
         self.hub.publish(session_id, ev.FAILED, turn_id=turn_id, error=error)
         self.hub.publish(session_id, ev.SESSION_STATUS, status="failed", error=error)
+
+
+
+def _least_loaded(loads: dict[str, tuple[int, int, float, RunnerConn]]) -> RunnerConn:
+    """Fewest sessions bound, then fewest turns running, then the longest online."""
+    return min(loads.values(), key=lambda load: load[:3])[3]

@@ -151,6 +151,31 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX idx_runner_credentials_revoked_at ON runner_credentials (revoked_at);
         """,
     ),
+    Migration(
+        "0003_conversation_claims",
+        """
+        -- one turn at a time per conversation, across processes: the holder's identity
+        -- (pid + /proc start time, so a reused pid is not mistaken for it) and a lease
+        CREATE TABLE conversation_claims (
+            conversation_id TEXT PRIMARY KEY REFERENCES conversations (id) ON DELETE CASCADE,
+            turn_id TEXT,
+            owner_pid INTEGER NOT NULL,
+            owner_started TEXT NOT NULL,
+            owner_token TEXT NOT NULL,
+            lease_until REAL NOT NULL,
+            claimed_at REAL NOT NULL
+        );
+        -- a user message posted while the conversation is busy: it joins the items
+        -- when its turn holds the claim, so it lands after the answer it waited for
+        CREATE TABLE pending_items (
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            id TEXT NOT NULL,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (conversation_id, id)
+        );
+        """,
+    ),
 )
 
 

@@ -471,7 +471,8 @@ async def test_lost_on_every_attempt_fails_with_runner_lost_then_the_session_goe
             ]
             row = h.store.get_turn(turn["id"])
             assert (row["status"], row["attempt"]) == ("failed", 2)
-            assert row["error"] == "the runner was lost 2 times while running this turn"
+            assert row["error"] == ("the runner was lost 2 times while running this turn; "
+                                "it is not dispatched again (OMNIGENT_TURN_LOSSES=2)")
 
             # the third runner (after the second backoff, 1 s) adopts the session; the next message runs
             third = (await h.online(1))[0]

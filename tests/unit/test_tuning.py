@@ -8,12 +8,12 @@ from omnigent.tuning import Tuning, tuning_from_env
 def test_defaults_and_overrides():
     assert tuning_from_env({}) == Tuning()
     assert tuning_from_env({"OMNIGENT_PING_INTERVAL": "0.5", "OMNIGENT_PING_ALLOWANCE": "4",
-                            "OMNIGENT_TURN_ATTEMPTS": "3", "OMNIGENT_RUNNER_WAIT": "5"}) == Tuning(0.5, 4.0, 3, 5.0)
+                            "OMNIGENT_TURN_LOSSES": "3", "OMNIGENT_RUNNER_WAIT": "5"}) == Tuning(0.5, 4.0, 3, 5.0)
 
 
 @pytest.mark.parametrize(("env", "needle"), [
     ({"OMNIGENT_PING_INTERVAL": "soon"}, "OMNIGENT_PING_INTERVAL must be a number"),
-    ({"OMNIGENT_TURN_ATTEMPTS": "1.5"}, "OMNIGENT_TURN_ATTEMPTS must be a whole number"),
+    ({"OMNIGENT_TURN_LOSSES": "1.5"}, "OMNIGENT_TURN_LOSSES must be a whole number"),
     ({"OMNIGENT_RUNNER_WAIT": "0"}, "must be greater than 0"),
 ])
 def test_bad_values_are_one_line_errors(env, needle):

@@ -1,0 +1,68 @@
+"""One turn at a time per conversation, across every process sharing the store.
+
+A turn service holds a conversation's claim (a row in the store, see
+`Store.claim_conversation`) for as long as one of its turns runs there. A
+turn posted meanwhile by another process waits behind it, polling; its user
+message and its history are read only once it holds the claim, so it sees the
+answer it waited for. The holder renews a lease every `RENEW_EVERY` s; a
+claim whose holder died (pid gone, or reused: the start time differs) or
+whose lease ran out is taken over at the next poll, well within 5 s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from ..store import Store
+from ..store.owners import ClaimOwner
+
+log = logging.getLogger("omnigent.server.claims")
+
+LEASE = 6.0          # s: three renewals' worth, so a loaded but live holder keeps it
+RENEW_EVERY = 2.0    # s
+POLL_EVERY = 0.5     # s: a waiting turn re-checks this often
+
+
+class Claims:
+    def __init__(self, store: Store, owner: ClaimOwner | None = None) -> None:
+        self.store = store
+        self.owner = owner or ClaimOwner.this_process()
+
+    def held_elsewhere(self, session_id: str) -> bool:
+        """Another live process's turn runs on this conversation now: do not touch its binding."""
+        return self.store.claimed_elsewhere(session_id, self.owner)
+
+    async def acquire(self, session_id: str, turn_id: str) -> None:
+        """Wait until this turn service holds the conversation's claim (cancellable: nothing held yet)."""
+        waited = False
+        while not self.store.claim_conversation(session_id, self.owner, turn_id=turn_id, lease=LEASE):
+            if not waited:
+                log.info("turn %s waits for another process's turn on %s", turn_id, session_id)
+                waited = True
+            await trio.sleep(POLL_EVERY)
+
+    @asynccontextmanager
+    async def renewed(self, session_id: str, turn_id: str) -> AsyncIterator[None]:
+        """Keep an acquired claim's lease running inside; release the claim after."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._renew, session_id, turn_id)
+                try:
+                    yield
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.store.release_claim(session_id, self.owner)
+
+    async def _renew(self, session_id: str, turn_id: str) -> None:
+        while True:
+            await trio.sleep(RENEW_EVERY)
+            if not self.store.renew_claim(session_id, self.owner, lease=LEASE):
+                # our lease ran out (a loop stalled for LEASE s) and another process took
+                # over: say so, and take it back as soon as that process lets go
+                log.warning("turn %s lost its claim on %s to another process", turn_id, session_id)
+                await self.acquire(session_id, turn_id)

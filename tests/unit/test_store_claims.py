@@ -1,0 +1,94 @@
+"""Store side of one turn at a time per conversation: claims, pending messages, own turns, upgrade."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from omnigent.store import Store
+from omnigent.store.owners import ClaimOwner, owner_alive, process_started
+
+OLD_STORE = Path(__file__).resolve().parents[1] / "resources" / "stores" / "chat-0.1.0.db"
+
+
+def user(text: str) -> dict:
+    return {"type": "message", "role": "user", "content": text}
+
+
+def test_a_claim_is_exclusive_renewable_and_released_by_its_owner_only(tmp_path):
+    now = [1000.0]
+    store = Store(tmp_path / "chat.db", clock=lambda: now[0])
+    conv = store.create_conversation(agent_id=None)["id"]
+    me, other = ClaimOwner.this_process(), ClaimOwner(os.getpid(), ClaimOwner.this_process().started, "other")
+    assert store.claim_conversation(conv, me, turn_id="turn_a", lease=6)
+    assert store.claim_conversation(conv, me, turn_id="turn_a", lease=6)  # re-entrant for its owner
+    assert not store.claim_conversation(conv, other, turn_id="turn_b", lease=6)
+    assert store.claimed_elsewhere(conv, other) and not store.claimed_elsewhere(conv, me)
+    now[0] += 5
+    assert store.renew_claim(conv, me, lease=6) and not store.renew_claim(conv, other, lease=6)
+    now[0] += 5  # within the renewed lease
+    assert not store.claim_conversation(conv, other, turn_id="turn_b", lease=6)
+    now[0] += 2  # lease ran out: taken over
+    assert store.claim_conversation(conv, other, turn_id="turn_b", lease=6)
+    assert not store.renew_claim(conv, me, lease=6) and not store.release_claim(conv, me)
+    assert store.release_claim(conv, other) and store.claim_of(conv) is None
+
+
+def test_a_dead_or_reused_pid_does_not_hold_a_claim(tmp_path):
+    store = Store(tmp_path / "chat.db")
+    me = ClaimOwner.this_process()
+    assert me.started and process_started(os.getpid()) == me.started
+    assert owner_alive(me.pid, me.started)
+    assert not owner_alive(me.pid, str(int(me.started) + 1))  # same pid, another process
+    assert not owner_alive(4_194_304 + 99, "5")
+    conv = store.create_conversation(agent_id=None)["id"]
+    assert store.claim_conversation(conv, ClaimOwner(me.pid, str(int(me.started) + 1), "x"), turn_id=None, lease=60)
+    assert not store.claim_of(conv)["live"]
+    assert store.claim_conversation(conv, me, turn_id=None, lease=60)
+
+
+def test_a_message_to_a_busy_conversation_waits_and_joins_after_the_answer(tmp_path):
+    store = Store(tmp_path / "chat.db")
+    conv = store.create_conversation(agent_id=None)["id"]
+    first, turn1 = store.queue_message(conv, user("one"))
+    assert [i["id"] for i in store.list_items(conv)] == [first["id"]]  # idle: stored at once
+    second, turn2 = store.queue_message(conv, user("two"))               # busy: pending
+    assert [i["id"] for i in store.list_items(conv)] == [first["id"]]
+    assert turn2["input_item_id"] == second["id"] and turn2["status"] == "queued"
+    store.start_turn(turn1["id"], "runner_x")
+    store.append_turn_output(conv, turn1["id"], [{"type": "message", "role": "assistant", "content": "1"}], None)
+    store.finish_turn(turn1["id"], "completed")
+    assert store.place_pending(conv, second["id"])["id"] == second["id"]
+    assert store.place_pending(conv, second["id"]) is None  # once
+    assert [i["role"] for i in store.list_items(conv)] == ["user", "assistant", "user"]
+    assert store.list_items(conv)[-1]["content"] == "two"
+
+
+def test_each_process_takes_only_its_own_queued_turns(tmp_path):
+    store = Store(tmp_path / "chat.db")
+    conv = store.create_conversation(agent_id=None)["id"]
+    theirs = store.create_turn(conv, None, owner_pid=os.getpid() + 1)
+    mine = store.create_turn(conv, None)
+    assert store.next_queued_turn(conv)["id"] == theirs["id"]
+    assert store.next_own_queued_turn(conv, os.getpid())["id"] == mine["id"]
+
+
+def test_runner_loads_count_bound_conversations(tmp_path):
+    store = Store(tmp_path / "chat.db")
+    for runner in ("a", "a", "b"):
+        store.set_runner(store.create_conversation(agent_id=None)["id"], f"runner_{runner}")
+    assert store.runner_loads(["runner_a", "runner_b", "runner_c"]) == {"runner_a": 2, "runner_b": 1, "runner_c": 0}
+
+
+def test_a_store_of_release_0_1_0_upgrades_and_takes_messages(tmp_path):
+    path = tmp_path / "chat.db"
+    shutil.copy(OLD_STORE, path)
+    with Store(path) as store:
+        applied = {r[0] for r in store.conn.execute("SELECT name FROM migrations")}
+        assert "0003_conversation_claims" in applied
+        conv = store.list_conversations(limit=1)[0]["id"]
+        before = store.count_items(conv)
+        item, turn = store.queue_message(conv, user("after the upgrade"))
+        assert store.count_items(conv) == before + 1 and turn["status"] == "queued"
+        assert store.conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
