@@ -146,10 +146,6 @@ class RunnerRegistry:
         else:
             self._notify()
 
-    def placeable(self) -> list[RunnerConn]:
-        """The online runners automatic placement may choose."""
-        return list(self.online.values())
-
     def give_up(self, report: str) -> None:
         self.gave_up = report
         self._notify()

@@ -189,7 +189,8 @@ async def test_a_turn_waits_behind_another_process_and_its_history_has_that_answ
                 ("user", "theirs"), ("assistant", "their answer"), ("user", "mine?"), ("assistant", "mine")]
             (_, start), = h.processes[0].turns_received
             assert [i["role"] for i in start.input] == ["user", "assistant", "user"]
-            assert start.input[0]["id"] == theirs["id"]
+            assert [i["content"] for i in start.input[:2:2]] == [theirs["content"]]  # theirs first
+            assert "their answer" in str(start.input[1]["content"])
             await h.settle()
             assert h.store.claim_of(sid) is None  # released after the turn
 
