@@ -12,6 +12,7 @@ whose lease ran out is taken over at the next poll, well within 5 s.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -55,13 +56,27 @@ class Claims:
                     yield
                 finally:
                     nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # what the body raised comes out as itself, not wrapped by this nursery, so the
+            # caller's `except sqlite3.Error` (a full disk) still matches
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         finally:
-            self.store.release_claim(session_id, self.owner)
+            try:
+                self.store.release_claim(session_id, self.owner)
+            except sqlite3.Error as exc:  # e.g. a full disk: the lease runs out by itself
+                log.error("could not release the claim on %s: %s", session_id, exc)
 
     async def _renew(self, session_id: str, turn_id: str) -> None:
         while True:
             await trio.sleep(RENEW_EVERY)
-            if not self.store.renew_claim(session_id, self.owner, lease=LEASE):
+            try:
+                renewed = self.store.renew_claim(session_id, self.owner, lease=LEASE)
+            except sqlite3.Error as exc:  # a failing disk: try again at the next renewal
+                log.error("could not renew the claim on %s: %s", session_id, exc)
+                continue
+            if not renewed:
                 # our lease ran out (a loop stalled for LEASE s) and another process took
                 # over: say so, and take it back as soon as that process lets go
                 log.warning("turn %s lost its claim on %s to another process", turn_id, session_id)

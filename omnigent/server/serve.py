@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,21 +113,30 @@ async def run_server(
 
 async def _consume_host(state: ServerState, link: LinkEnd) -> None:
     async for frame in link.receive:
-        if isinstance(frame, p.RunnerCredential):
-            if not state.store.add_runner_credential(frame.runner_id, frame.secret_hash, kind="host"):
-                log.warning("host re-used the known runner id %s: its new secret is ignored", frame.runner_id)
-            state.registry.notify_changed()  # a runner that dialled first is waiting for this
-        elif isinstance(frame, p.RunnerLaunched):
-            state.registry.pids[frame.runner_id] = frame.pid
-        elif isinstance(frame, p.RunnerExited):
-            error = frame.reason + (f"\n{frame.log_tail}" if frame.log_tail else "")
-            if frame.runner_id:
-                state.store.revoke_runner_credential(frame.runner_id)  # its secret opens nothing now
-                state.registry.record_exit(frame.runner_id, frame.reason, error)
-            if frame.gave_up:
-                state.registry.give_up(error)
-                for session_id in state.hub.session_ids():  # tell whoever watches, not just the next turn
-                    state.hub.publish(session_id, ev.RUNNERS_GAVE_UP, reason=error)
+        try:
+            _host_frame(state, frame)
+        except sqlite3.Error as exc:  # a full disk must not end the server: that runner is refused
+            log.error("could not store what the host said (%s): %s", frame.kind, exc)
+
+
+def _host_frame(state: ServerState, frame: p.Frame) -> None:
+    """Apply one frame the host sent: a runner's credential, launch or exit."""
+    if isinstance(frame, p.RunnerCredential):
+        if not state.store.add_runner_credential(frame.runner_id, frame.secret_hash, kind="host"):
+            log.warning("host re-used the known runner id %s: its new secret is ignored", frame.runner_id)
+        state.registry.notify_changed()  # a runner that dialled first is waiting for this
+    elif isinstance(frame, p.RunnerLaunched):
+        state.registry.pids[frame.runner_id] = frame.pid
+    elif isinstance(frame, p.RunnerExited):
+        error = frame.reason + (f"\n{frame.log_tail}" if frame.log_tail else "")
+        if frame.runner_id:
+            state.registry.record_exit(frame.runner_id, frame.reason, error)
+        if frame.gave_up:
+            state.registry.give_up(error)
+            for session_id in state.hub.session_ids():  # tell whoever watches, not just the next turn
+                state.hub.publish(session_id, ev.RUNNERS_GAVE_UP, reason=error)
+        if frame.runner_id:
+            state.store.revoke_runner_credential(frame.runner_id)  # its secret opens nothing now
 
 
 def _pid_alive(pid: int) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from typing import Any
 
 import trio
@@ -190,6 +191,9 @@ class TurnService:
                 async with self.claims.renewed(session_id, turn["id"]):
                     self.store.place_pending(session_id, turn["input_item_id"])
                     await self._run_turn(session_id, turn)
+            except sqlite3.Error as exc:  # a full or failing disk: the turn fails, the server stays up
+                log.error("turn %s: the store failed: %s", turn["id"], exc)
+                self._fail(session_id, turn["id"], "store_error", f"cannot write store: {self.store.path}: {exc}")
             except Exception:  # one broken turn must not stop the session's queue
                 log.exception("turn %s crashed the dispatcher", turn["id"])
                 self._fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
@@ -335,11 +339,13 @@ class TurnService:
         self.hub.publish(session_id, ev.SESSION_STATUS, status="idle")
 
     def _fail(self, session_id: str, turn_id: str, code: str, message: str) -> None:
-        self.store.finish_turn(turn_id, "failed", error=message)
+        try:
+            self.store.finish_turn(turn_id, "failed", error=message)
+        except sqlite3.Error as exc:  # watchers still hear why; the next start marks it interrupted
+            log.error("turn %s failed (%s) and that could not be stored: %s", turn_id, message, exc)
         error = {"code": code, "message": message}
         self.hub.publish(session_id, ev.FAILED, turn_id=turn_id, error=error)
         self.hub.publish(session_id, ev.SESSION_STATUS, status="failed", error=error)
-
 
 
 def _least_loaded(loads: dict[str, tuple[int, int, float, RunnerConn]]) -> RunnerConn:
