@@ -1,0 +1,125 @@
+"""One turn at a time per conversation, across processes: conversation claims and pending items.
+
+A claim (`conversation_claims`) names the live process, and the turn
+service in it, that runs the conversation's turns now, with a lease. It is
+taken over only when its holder is dead (pid gone or reused) or let the
+lease run out. A message that arrives while the conversation is busy
+waits in `pending_items` and joins the conversation when its turn holds
+the claim, so it comes after the answer it waited for.
+
+Needs `ItemsMixin` (for `_insert_items`) and `TurnsMixin` (`get_turn`) in
+the same `Store`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from . import ids
+from ._base import Tables, _wire_item
+from .owners import ClaimOwner, owner_alive
+
+
+class ClaimsMixin(Tables):
+    def claim_conversation(self, conv_id: str, owner: ClaimOwner, *, turn_id: str | None, lease: float) -> bool:
+        """Take (or renew) the conversation's claim for `owner`, for `lease` seconds.
+
+        Succeeds when the conversation is unclaimed, already `owner`'s, or its
+        holder is dead (pid gone or reused) or let its lease expire.
+        """
+        with self._write():
+            self._require_conversation(conv_id)
+            now = self._clock()
+            row = self.conn.execute(
+                "SELECT owner_pid, owner_started, owner_token, lease_until FROM conversation_claims"
+                " WHERE conversation_id = ?", [conv_id]).fetchone()
+            if row is not None and not _same_owner(row, owner) and row[3] > now and owner_alive(row[0], row[1]):
+                return False
+            self.db.execute(
+                """INSERT OR REPLACE INTO conversation_claims (conversation_id, turn_id, owner_pid,
+                       owner_started, owner_token, lease_until, claimed_at) VALUES (?, ?, ?, ?, ?, ?, ?)""",
+                [conv_id, turn_id, owner.pid, owner.started, owner.token, now + lease, now],
+            )
+        return True
+
+    def renew_claim(self, conv_id: str, owner: ClaimOwner, *, lease: float) -> bool:
+        """Extend `owner`'s claim; False if it no longer holds it (taken over)."""
+        with self._write():
+            return bool(self.db.execute(
+                """UPDATE conversation_claims SET lease_until = ? WHERE conversation_id = ?
+                   AND owner_pid = ? AND owner_started = ? AND owner_token = ?""",
+                [self._clock() + lease, conv_id, owner.pid, owner.started, owner.token],
+            ).rowcount)
+
+    def release_claim(self, conv_id: str, owner: ClaimOwner) -> bool:
+        with self._write():
+            return bool(self.db.execute(
+                """DELETE FROM conversation_claims WHERE conversation_id = ?
+                   AND owner_pid = ? AND owner_started = ? AND owner_token = ?""",
+                [conv_id, owner.pid, owner.started, owner.token],
+            ).rowcount)
+
+    def claim_of(self, conv_id: str) -> dict | None:
+        """The claim row of a conversation with `live` (holder alive, lease running), or None."""
+        row = self._one("SELECT * FROM conversation_claims WHERE conversation_id = ?", [conv_id])
+        if row is not None:
+            row["live"] = row["lease_until"] > self._clock() and owner_alive(row["owner_pid"], row["owner_started"])
+        return row
+
+    def claimed_elsewhere(self, conv_id: str, owner: ClaimOwner) -> bool:
+        """Another live claimant holds this conversation now (so leave its binding alone)."""
+        row = self.claim_of(conv_id)
+        return bool(row and row["live"] and not _same_owner(
+            (row["owner_pid"], row["owner_started"], row["owner_token"]), owner))
+
+    def queue_message(self, conv_id: str, item: dict) -> tuple[dict, dict]:
+        """A user message and its queued turn; returns (item in wire form, turn).
+
+        While the conversation is busy (a turn queued or running, or a claim
+        on it) the item waits in `pending_items` and joins the conversation
+        when its turn holds the claim (`place_pending`): it then comes after
+        the answer it waited for. Otherwise it is appended at once.
+        """
+        with self._write():
+            self._require_conversation(conv_id)
+            busy = self._scalar(
+                """SELECT EXISTS (SELECT 1 FROM turns WHERE conversation_id = ? AND status IN ('queued', 'running'))
+                       OR EXISTS (SELECT 1 FROM conversation_claims WHERE conversation_id = ?)""",
+                [conv_id, conv_id])
+            if busy:
+                now = self._clock()
+                wire = _wire_item(item, response_id=None, status=None, created_at=now)
+                self.db.execute(
+                    "INSERT INTO pending_items (conversation_id, id, data, created_at) VALUES (?, ?, ?, ?)",
+                    [conv_id, wire["id"], json.dumps(item | {"id": wire["id"]}), now])
+            else:
+                wire = self._insert_items(conv_id, [item], turn_id=None, response_id=None, status=None,
+                                          output_indexed=False)[0]
+            turn_id = ids.new_id(ids.TURN)
+            self.db.execute(
+                """INSERT INTO turns (id, conversation_id, input_item_id, status, owner_pid, created_at)
+                   VALUES (?, ?, ?, 'queued', ?, ?)""",
+                [turn_id, conv_id, wire["id"], os.getpid(), self._clock()],
+            )
+        return wire, self.get_turn(turn_id)  # type: ignore[return-value]
+
+    def place_pending(self, conv_id: str, item_id: str | None) -> dict | None:
+        """Append a pending item at the conversation's end; None if it is not pending."""
+        if item_id is None:
+            return None
+        with self._write():
+            row = self.conn.execute(
+                "SELECT data FROM pending_items WHERE conversation_id = ? AND id = ?", [conv_id, item_id]).fetchone()
+            if row is None:
+                return None
+            self.db.execute("DELETE FROM pending_items WHERE conversation_id = ? AND id = ?", [conv_id, item_id])
+            if self._scalar("SELECT 1 FROM conversation_items WHERE conversation_id = ? AND id = ?",
+                            [conv_id, item_id]):
+                return None
+            return self._insert_items(conv_id, [json.loads(row[0])], turn_id=None, response_id=None,
+                                      status=None, output_indexed=False)[0]
+
+
+def _same_owner(row: tuple, owner: ClaimOwner) -> bool:
+    return (row[0], row[1], row[2]) == (owner.pid, owner.started, owner.token)

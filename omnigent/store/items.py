@@ -1,0 +1,155 @@
+"""The `conversation_items` table: a conversation's items in position order, and turn outputs.
+
+Guarantees: positions are dense and never reused; a turn's output is
+stored at most once (`append_turn_output` claims `turn_outputs` first, so
+a late or duplicate completion writes nothing); an item comes back in
+wire form, its columns authoritative over its JSON copy; the first user
+message titles an untitled conversation.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from ._base import Tables, _item, _stored_data, _wire_item, derive_title
+from .errors import ConflictError, NotFoundError
+
+_ITEM_SELECT = "SELECT id, type, status, response_id, created_at, data FROM conversation_items"
+
+
+class ItemsMixin(Tables):
+    def _insert_items(
+        self,
+        conv_id: str,
+        items: list[dict],
+        *,
+        turn_id: str | None,
+        response_id: str | None,
+        status: str | None,
+        output_indexed: bool,
+    ) -> list[dict]:
+        # Caller holds the write transaction.
+        row = self.conn.execute("SELECT next_position, title FROM conversations WHERE id = ?", [conv_id]).fetchone()
+        if row is None:
+            raise NotFoundError(f"conversation {conv_id!r} not found")
+        position, title = row
+        now = self._after("updated_at", self._clock())
+        stored = []
+        for index, item in enumerate(items):
+            wire = _wire_item(item, response_id=response_id, status=status, created_at=now)
+            if not title:
+                title = derive_title(wire)
+                if title:
+                    self.db.execute("UPDATE conversations SET title = ? WHERE id = ?", [title, conv_id])
+            try:
+                self.db.execute(
+                    """INSERT INTO conversation_items (id, conversation_id, turn_id, response_id,
+                           output_index, position, type, status, role, data, created_at)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    [
+                        wire["id"],
+                        conv_id,
+                        turn_id,
+                        wire["response_id"],
+                        index if output_indexed else None,
+                        position,
+                        wire["type"],
+                        wire["status"],
+                        wire.get("role"),
+                        json.dumps(_stored_data(item, wire)),
+                        now,
+                    ],
+                )
+            except sqlite3.IntegrityError as e:
+                raise ConflictError(f"item {wire['id']!r} already exists in {conv_id!r}") from e
+            position += 1
+            stored.append(wire)
+        self.db.execute(
+            "UPDATE conversations SET next_position = ?, updated_at = ? WHERE id = ?", [position, now, conv_id]
+        )
+        return stored
+
+    def append_item(
+        self,
+        conv_id: str,
+        item: dict,
+        *,
+        turn_id: str | None = None,
+        response_id: str | None = None,
+        status: str | None = None,
+    ) -> dict:
+        """Append one item at the next position; returns it in wire form.
+
+        The id is the item's own "id" or a new `msg_...`; "type" defaults to
+        'message' when the item has a "role". `status` defaults to the item's
+        own "status", else 'completed'. Bumps the conversation's
+        updated_at, and sets its title from the first user message.
+        """
+        with self._write():
+            return self._insert_items(
+                conv_id, [item], turn_id=turn_id, response_id=response_id, status=status, output_indexed=False
+            )[0]
+
+    def append_turn_output(self, conv_id: str, turn_id: str, items: list[dict], response_id: str | None) -> bool:
+        """Persist a turn's output once: False (and nothing written) if it already was.
+
+        A late or duplicate completion from a dead attempt is thereby ignored.
+        """
+        with self._write():
+            self._require_conversation(conv_id)
+            claimed = self.db.execute(
+                """INSERT OR IGNORE INTO turn_outputs (turn_id, conversation_id, response_id, item_count, created_at)
+                   VALUES (?, ?, ?, ?, ?)""",
+                [turn_id, conv_id, response_id, len(items), self._clock()],
+            ).rowcount
+            if not claimed:
+                return False
+            if items:
+                self._insert_items(
+                    conv_id, list(items), turn_id=turn_id, response_id=response_id, status=None, output_indexed=True
+                )
+        return True
+
+    def list_items(
+        self,
+        conv_id: str,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        before: str | None = None,
+        order: str = "asc",
+    ) -> list[dict]:
+        """Items in position order (one query), in wire form.
+
+        `after`/`before` are item ids: only items later/earlier in this order.
+        """
+        if order not in ("asc", "desc"):
+            raise ValueError(f"order must be 'asc' or 'desc', not {order!r}")
+        where = ["conversation_id = ?"]
+        params: list[Any] = [conv_id]
+        for cursor, comes_after in ((after, True), (before, False)):
+            if cursor is None:
+                continue
+            pos = self._scalar(
+                "SELECT position FROM conversation_items WHERE conversation_id = ? AND id = ?", [conv_id, cursor]
+            )
+            if pos is None:
+                raise NotFoundError(f"item {cursor!r} not found in {conv_id!r}")
+            where.append("position > ?" if (order == "asc") == comes_after else "position < ?")
+            params.append(pos)
+        sql = f"{_ITEM_SELECT} WHERE {' AND '.join(where)} ORDER BY position {order.upper()}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        return [_item(r) for r in self.conn.execute(sql, params)]
+
+    def count_items(self, conv_id: str) -> int:
+        return self._scalar("SELECT COUNT(*) FROM conversation_items WHERE conversation_id = ?", [conv_id])
+
+    def get_item(self, conv_id: str, item_id: str) -> dict | None:
+        row = self.conn.execute(
+            f"{_ITEM_SELECT} WHERE conversation_id = ? AND id = ?", [conv_id, item_id]
+        ).fetchone()
+        return _item(row) if row else None

@@ -1,0 +1,177 @@
+"""The `turns` table: one row per user message that asks for an answer, and its attempts.
+
+Guarantees: a turn moves queued -> running -> one end state; an ended
+turn is never restarted, and a stale report (an older attempt, a turn
+already ended) never overwrites a newer outcome. Each turn records the
+process that owns it, so turns left by a process that died are found
+(`interrupt_orphaned_turns`) and each process runs only its own
+(`next_own_queued_turn`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from . import ids
+from ._base import TURN_OPEN, TURN_STATUSES, TURN_TERMINAL, Tables, _turn
+from .errors import ConflictError, NotFoundError
+
+_TURN_SELECT = """
+    SELECT t.id, t.conversation_id, t.input_item_id, t.status, t.attempt,
+           t.runner_id, t.owner_pid, t.error, t.created_at, t.started_at,
+           t.ended_at, o.turn_id IS NOT NULL AS output_persisted
+    FROM turns t LEFT JOIN turn_outputs o ON o.turn_id = t.id
+"""
+
+
+class TurnsMixin(Tables):
+    def create_turn(self, conv_id: str, input_item_id: str | None, *, owner_pid: int | None = None) -> dict:
+        """A new 'queued' turn. `owner_pid` defaults to this process, so a queued
+        turn of a process that died can be found by `interrupt_orphaned_turns`."""
+        turn_id = ids.new_id(ids.TURN)
+        with self._write():
+            self._require_conversation(conv_id)
+            self.db.execute(
+                """INSERT INTO turns (id, conversation_id, input_item_id, status, owner_pid, created_at)
+                   VALUES (?, ?, ?, 'queued', ?, ?)""",
+                [turn_id, conv_id, input_item_id, os.getpid() if owner_pid is None else owner_pid, self._clock()],
+            )
+        return self.get_turn(turn_id)  # type: ignore[return-value]
+
+    def get_turn(self, turn_id: str) -> dict | None:
+        return _turn(self._one(_TURN_SELECT + " WHERE t.id = ?", [turn_id]))
+
+    def _require_turn(self, turn_id: str) -> str:
+        status = self._scalar("SELECT status FROM turns WHERE id = ?", [turn_id])
+        if status is None:
+            raise NotFoundError(f"turn {turn_id!r} not found")
+        return status
+
+    def list_turns(self, conv_id: str, *, status: str | None = None) -> list[dict]:
+        """Turns of a conversation, oldest first."""
+        sql = _TURN_SELECT + " WHERE t.conversation_id = ?"
+        params: list[Any] = [conv_id]
+        if status is not None:
+            sql += " AND t.status = ?"
+            params.append(status)
+        return [_turn(r) for r in self._all(sql + " ORDER BY t.created_at, t.rowid", params)]
+
+    def next_queued_turn(self, conv_id: str) -> dict | None:
+        """The oldest 'queued' turn of a conversation."""
+        return _turn(
+            self._one(
+                _TURN_SELECT + " WHERE t.conversation_id = ? AND t.status = 'queued' ORDER BY t.created_at, t.rowid LIMIT 1",
+                [conv_id],
+            )
+        )
+
+    def next_own_queued_turn(self, conv_id: str, owner_pid: int) -> dict | None:
+        """The oldest 'queued' turn of a conversation that the process `owner_pid` posted.
+
+        Each process runs only its own turns: another live process's queued
+        turn is its to run (and its client waits for it there).
+        """
+        return _turn(
+            self._one(
+                _TURN_SELECT + """ WHERE t.conversation_id = ? AND t.status = 'queued' AND t.owner_pid = ?
+                                   ORDER BY t.created_at, t.rowid LIMIT 1""",
+                [conv_id, owner_pid],
+            )
+        )
+
+    def start_turn(self, turn_id: str, runner_id: str | None, owner_pid: int | None = None) -> dict:
+        """Mark a queued, interrupted (or re-dispatched running) turn 'running'; attempt += 1.
+
+        Raises ConflictError if the turn already ended.
+        """
+        with self._write():
+            status = self._require_turn(turn_id)
+            if status in TURN_TERMINAL:
+                raise ConflictError(f"turn {turn_id!r} is already {status}")
+            self.db.execute(
+                """UPDATE turns SET status = 'running', attempt = attempt + 1, runner_id = ?,
+                       owner_pid = COALESCE(?, owner_pid), error = NULL, started_at = ?, ended_at = NULL
+                   WHERE id = ?""",
+                [runner_id, owner_pid, self._clock(), turn_id],
+            )
+        return self.get_turn(turn_id)  # type: ignore[return-value]
+
+    def finish_turn(
+        self, turn_id: str, status: str, error: str | None = None, *, attempt: int | None = None
+    ) -> dict | None:
+        """End a turn as completed, failed, interrupted or cancelled.
+
+        Returns the updated turn, or None if it had already ended (or, with
+        `attempt`, if that is no longer the current attempt): a stale report
+        never overwrites a newer outcome.
+        """
+        if status not in TURN_STATUSES - {"queued", "running"}:
+            raise ValueError(f"cannot finish a turn as {status!r}")
+        with self._write():
+            self._require_turn(turn_id)
+            sql = f"""UPDATE turns SET status = ?, error = ?, ended_at = ?
+                      WHERE id = ? AND status IN ({", ".join("?" * len(TURN_OPEN))})"""
+            params: list[Any] = [status, error, self._clock(), turn_id, *TURN_OPEN]
+            if attempt is not None:
+                sql += " AND attempt = ?"
+                params.append(attempt)
+            if not self.db.execute(sql, params).rowcount:
+                return None
+        return self.get_turn(turn_id)
+
+    def mark_interrupted(self, turn_id: str) -> dict | None:
+        """queued/running -> 'interrupted'; None if the turn was in another state."""
+        with self._write():
+            self._require_turn(turn_id)
+            changed = self.db.execute(
+                "UPDATE turns SET status = 'interrupted', ended_at = ? WHERE id = ? AND status IN ('queued', 'running')",
+                [self._clock(), turn_id],
+            ).rowcount
+        return self.get_turn(turn_id) if changed else None
+
+    def interrupt_runner_turns(self, runner_id: str) -> list[dict]:
+        """Every running turn of a lost runner -> 'interrupted'; returns them."""
+        with self._write():
+            turn_ids = [
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT id FROM turns WHERE runner_id = ? AND status = 'running'", [runner_id]
+                )
+            ]
+            if turn_ids:
+                self.db.execute(
+                    "UPDATE turns SET status = 'interrupted', ended_at = ? WHERE runner_id = ? AND status = 'running'",
+                    [self._clock(), runner_id],
+                )
+        return [self.get_turn(t) for t in turn_ids]  # type: ignore[misc]
+
+    def interrupt_orphaned_turns(self, alive_pid_check: Callable[[int], bool]) -> list[dict]:
+        """Queued or running turns whose owner process is gone -> 'interrupted'.
+
+        The liveness check runs outside the write lock; the update re-checks
+        status and owner so a turn taken over meanwhile is left alone.
+        """
+        candidates = self.conn.execute(
+            "SELECT id, owner_pid FROM turns WHERE status IN ('queued', 'running') AND owner_pid IS NOT NULL"
+        ).fetchall()
+        alive: dict[int, bool] = {}
+        dead = []
+        for turn_id, pid in candidates:
+            if pid not in alive:
+                alive[pid] = bool(alive_pid_check(pid))
+            if not alive[pid]:
+                dead.append((turn_id, pid))
+        changed = []
+        if dead:
+            with self._write():
+                now = self._clock()
+                for turn_id, pid in dead:
+                    if self.db.execute(
+                        """UPDATE turns SET status = 'interrupted', ended_at = ?
+                           WHERE id = ? AND owner_pid = ? AND status IN ('queued', 'running')""",
+                        [now, turn_id, pid],
+                    ).rowcount:
+                        changed.append(turn_id)
+        return [self.get_turn(t) for t in changed]  # type: ignore[misc]
