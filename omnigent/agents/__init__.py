@@ -1,17 +1,18 @@
 """Agent specs and bundles: what `omnigent run AGENT` reads and uploads.
 
-`spec` loads and checks agent YAML and resolves credentials at use time;
-`bundle` packs specs into, and reads them back from, uploadable .tar.gz bytes.
+`spec` checks agent YAML and resolves credentials at use time; `bundle`
+packs specs into, and reads them back from, uploadable .tar.gz bytes;
+`load` finds and reads an agent path (file, directory or bundle) with both.
 """
 
 from .bundle import bundle_bytes, bundle_from_spec, spec_from_bundle
+from .load import load_spec
 from .spec import (
     DEFAULT_HARNESS,
     DEFAULT_MODEL,
     HARNESSES,
     AgentSpec,
     SpecError,
-    load_spec,
     resolve_auth,
 )
 

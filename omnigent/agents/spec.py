@@ -1,7 +1,8 @@
-"""Agent specs: read, check and normalise the YAML that defines an agent.
+"""Agent specs: check and normalise the YAML that defines an agent.
 
 Every command starts from an agent YAML (a file, a directory with
-`config.yaml`, or a .tar.gz bundle). This module turns it into one immutable
+`config.yaml`, or a .tar.gz bundle; finding and reading it is `load.py`'s
+part). This module turns the parsed document into one immutable
 `AgentSpec`. Errors are `SpecError`s whose text is one line naming the file and
 the field, so the CLI can print them unchanged.
 
@@ -103,19 +104,6 @@ class AgentSpec:
         if "raw" not in d:
             raise SpecError(source, "'raw' is missing")
         return build_spec(d["raw"], source, strict=False)
-
-
-def load_spec(
-    path: str | os.PathLike,
-    *,
-    model: str | None = None,
-    harness: str | None = None,
-    system_prompt: str | None = None,
-) -> AgentSpec:
-    """Load a .yaml/.yml file, an agent directory or a .tar.gz bundle and apply overrides."""
-    p = os.fspath(path)
-    doc, source = _load_document(p)
-    return build_spec(doc, source, model=model, harness=harness, system_prompt=system_prompt)
 
 
 def resolve_auth(spec: AgentSpec, environ=None) -> dict:
@@ -397,25 +385,6 @@ def read_capped(path: str) -> bytes:
     if len(data) > MAX_BYTES:
         raise SpecError(path, f"too large (over {MAX_BYTES // (1024 * 1024)} MiB)")
     return data
-
-
-def _load_document(p: str) -> tuple[object, str]:
-    if os.path.isdir(p):
-        try:
-            names = sorted(n for n in os.listdir(p) if os.path.isfile(os.path.join(p, n)))
-        except OSError as e:
-            raise SpecError(p, f"cannot read ({e.strerror or e})") from e
-        return select_document(p, names, lambda n: read_capped(os.path.join(p, n)), lambda n: os.path.join(p, n))
-    if not os.path.exists(p):
-        raise SpecError(p, "no such file")
-    low = p.lower()
-    if low.endswith((".yaml", ".yml")):
-        return parse_yaml(read_capped(p), p), p
-    if low.endswith((".tar.gz", ".tgz")):
-        from .bundle import bundle_document  # bundle imports this module
-
-        return bundle_document(read_capped(p), p)
-    raise SpecError(p, "not an agent spec (expected a .yaml/.yml file, a directory or a .tar.gz bundle)")
 
 
 def _copy_plain(doc: dict, source: str) -> dict:
