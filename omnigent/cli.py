@@ -72,12 +72,18 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
         raise click.ClickException("--no-session cannot be combined with --resume or --continue")
 
     from .local import run_tree
-    from .options import FrontOptions
+    from .repl.options import FrontOptions
 
     options = FrontOptions(
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
         resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
     )
+
+    def make_front():
+        from .repl.front import Front  # once the runner is launched: it pulls in the HTTP client
+
+        return Front(options).run
+
     tmp = None
     if no_session:
         import tempfile
@@ -102,7 +108,7 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
         one_shot = prompt is not None
         code = trio.run(partial(run_tree, handle_sigint=one_shot, runners=1 if one_shot else 2,
                                 tuning=tuning),
-                        db_path, options.make_front)
+                        db_path, make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

@@ -23,7 +23,7 @@ import trio
 from protocol import events as ev
 
 from ..client import OmnigentClient, OmnigentError
-from ..options import FrontOptions
+from .options import FrontOptions
 from .render import Console, LiveRenderer, session_table, transcript
 from .terminal import PROMPT, LineInput
 from .trace import trace

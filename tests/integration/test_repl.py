@@ -22,8 +22,8 @@ import trio
 from omnigent.agents import bundle_from_spec, load_spec
 from omnigent.client import OmnigentClient
 from omnigent.local import run_tree
-from omnigent.options import FrontOptions
-from omnigent.repl import Repl
+from omnigent.repl.options import FrontOptions
+from omnigent.repl.repl import Repl
 from omnigent.store import Store
 from tests.conftest import configure_mock_llm, mock_requests
 

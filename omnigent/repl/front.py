@@ -11,11 +11,11 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from .client import OmnigentClient, OmnigentError
+from ..client import OmnigentClient, OmnigentError
 from .options import RESUME_PICKER, FrontOptions
 
 if TYPE_CHECKING:
-    from .repl.terminal import LineInput
+    from .terminal import LineInput
 
 
 class FrontError(Exception):
@@ -27,13 +27,13 @@ class Front:
         self.options = options
 
     async def run(self, client: OmnigentClient) -> int:
-        from .repl.picker import PickError
+        from .picker import PickError
 
         try:
             if self.options.prompt is not None:
                 return await self.one_shot(client, await self.resolve(client, None))
             from .repl import Repl
-            from .repl.terminal import history_path, open_input
+            from .terminal import history_path, open_input
 
             async with open_input(history_path()) as lines:
                 session_id = await self.resolve(client, lines)
@@ -63,11 +63,11 @@ class Front:
                 raise
             return opts.resume
         if opts.resume == RESUME_PICKER:
-            from .repl.picker import pick_session
+            from .picker import pick_session
 
             if lines is not None:
                 return await pick_session(client, opts.agent_name, lines)
-            from .repl.terminal import open_input
+            from .terminal import open_input
 
             async with open_input() as lines:
                 return await pick_session(client, opts.agent_name, lines)
@@ -84,7 +84,7 @@ class Front:
                                                       workspace=self.options.workspace))["id"]
         from protocol import events as ev
 
-        from .repl.render import no_text_notice, retry_notice
+        from .render import no_text_notice, retry_notice
 
         streamed: list[str] = []  # this attempt's text, kept for a stream that drops mid-answer
 

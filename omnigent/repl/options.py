@@ -1,10 +1,12 @@
-"""What the user asked `omnigent run` for, resolved by the CLI before the tree starts."""
+"""What the user asked `omnigent run` for, resolved by the CLI before the tree starts.
+
+Plain data, importing nothing of the front end: the CLI builds it before
+anything heavy is imported, and the front end and the REPL read it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 RESUME_PICKER = "__resume_picker__"
 
@@ -19,8 +21,3 @@ class FrontOptions:
     resume_latest: bool = False
     workspace: str | None = None
     ephemeral: bool = False  # --no-session: nothing survives, so no "resume with" hint
-
-    def make_front(self) -> Callable[[Any], Awaitable[int]]:
-        from .front import Front  # imported late: it pulls in the HTTP client
-
-        return Front(self).run
