@@ -59,7 +59,7 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
         raise click.ClickException(str(exc)) from None
     if not auth.get("api_key") and not auth.get("base_url"):
         raise click.ClickException(NO_ENDPOINT)
-    from .tuning import tuning_from_env
+    from .config.tuning import tuning_from_env
 
     from .runner.retry import policy_from_env
 
@@ -144,7 +144,7 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
     from .local import run_tree
     from .server.sockets import LOOPBACK
     from .store import StoreError, default_db_path
-    from .tuning import tuning_from_env
+    from .config.tuning import tuning_from_env
 
     from .runner.retry import policy_from_env
 
@@ -206,7 +206,7 @@ def _check_prompt(prompt: str) -> None:
 
 
 def main() -> None:
-    from .dirs import DiskError
+    from .config.dirs import DiskError
 
     code: int | str | None = 0
     try:

@@ -35,9 +35,9 @@ from supervisor import RestartPolicy
 from .host import Host
 from .host.pool import DEFAULT_POLICY
 from .link import memory_link
-from .dirs import check_free_space, describe, private_dir
-from .logs import close_log, logs_dir, open_log, prune
-from .tuning import Tuning
+from .config.dirs import check_free_space, describe, private_dir
+from .config.logs import close_log, logs_dir, open_log, prune
+from .config.tuning import Tuning
 
 if TYPE_CHECKING:
     from .client import OmnigentClient

@@ -43,7 +43,7 @@ class LineInput(Protocol):
 
 def history_path() -> Path:
     """`<data dir>/history`: follows `OMNIGENT_DATA_DIR`, so `--no-session` keeps none."""
-    from ..dirs import data_dir
+    from ..config.dirs import data_dir
 
     return data_dir() / "history"
 
@@ -67,7 +67,7 @@ class TtyInput:
         readline.parse_and_bind(r'"\C-c": kill-whole-line')
         if history is not None:
             readline.set_history_length(HISTORY_LINES)
-            from ..dirs import DiskError, private_dir, private_file
+            from ..config.dirs import DiskError, private_dir, private_file
 
             try:
                 private_dir(history.parent)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..dirs import DiskError, describe, private_dir, private_file, tighten
+from ..config.dirs import DiskError, describe, private_dir, private_file, tighten
 from .errors import StoreError
 
 if TYPE_CHECKING:

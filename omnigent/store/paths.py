@@ -1,4 +1,4 @@
-"""Where the store lives on disk: `chat.db` in the data dir (see `omnigent.dirs`).
+"""Where the store lives on disk: `chat.db` in the data dir (see `omnigent.config.dirs`).
 
 Read at call time, not import time, so tests and `--no-session` can point
 `OMNIGENT_DATA_DIR` elsewhere after import.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..dirs import data_dir
+from ..config.dirs import data_dir
 
 DB_FILENAME = "chat.db"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from omnigent.dirs import DiskError, check_free_space, data_dir, home_dir, private_dir, private_file
-from omnigent.logs import close_log, host_logs_dir, logs_dir, open_log
+from omnigent.config.dirs import DiskError, check_free_space, data_dir, home_dir, private_dir, private_file
+from omnigent.config.logs import close_log, host_logs_dir, logs_dir, open_log
 from omnigent.store import Store, default_db_path
 
 
@@ -111,7 +111,7 @@ def test_a_log_that_cannot_be_written_is_one_line_and_left_nowhere(monkeypatch, 
     import errno
     import io
 
-    import omnigent.logs as logs
+    import omnigent.config.logs as logs
 
     class FullStream(io.StringIO):
         def write(self, text):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from omnigent.tuning import Tuning, tuning_from_env
+from omnigent.config.tuning import Tuning, tuning_from_env
 
 
 def test_defaults_and_overrides():
