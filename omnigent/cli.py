@@ -71,7 +71,7 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     if no_session and (resume or resume_latest):
         raise click.ClickException("--no-session cannot be combined with --resume or --continue")
 
-    from .local import run_tree
+    from .tree.local import run_tree
     from .repl.options import FrontOptions
 
     options = FrontOptions(
@@ -141,7 +141,7 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
 
     import trio
 
-    from .local import run_tree
+    from .tree.local import run_tree
     from .server.sockets import LOOPBACK
     from .store import StoreError, default_db_path
     from .config.tuning import tuning_from_env

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from omnigent.agents import bundle_bytes  # noqa: E402
 from omnigent.host.pool import DEFAULT_POLICY  # noqa: E402
-from omnigent.local import run_tree  # noqa: E402
+from omnigent.tree.local import run_tree  # noqa: E402
 
 from bench_run import pss_kib, start_mock  # noqa: E402
 

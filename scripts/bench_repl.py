@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from omnigent.agents import bundle_from_spec, load_spec  # noqa: E402
-from omnigent.local import run_tree  # noqa: E402
+from omnigent.tree.local import run_tree  # noqa: E402
 from omnigent.repl.render import Style, transcript  # noqa: E402
 from omnigent.store import Store  # noqa: E402
 

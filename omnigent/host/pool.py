@@ -38,8 +38,8 @@ from supervisor import (
     read_log_tail,
 )
 
-from ..link import LinkEnd
-from ..runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR, hash_secret, mint_secret
+from ..link.memory import LinkEnd
+from ..link.runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR, hash_secret, mint_secret
 
 log = logging.getLogger("omnigent.host")
 

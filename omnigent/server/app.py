@@ -20,7 +20,7 @@ import protocol as p
 from protocol import events as ev
 
 from ..agents import SpecError, spec_from_bundle
-from ..runner_secrets import bearer, hash_secret, mint_runner_id, mint_secret
+from ..link.runner_secrets import bearer, hash_secret, mint_runner_id, mint_secret
 from . import files
 from .errors import ApiError, invalid, not_found
 from .runner_link import serve_runner

@@ -32,7 +32,7 @@ import trio
 
 import protocol as p
 
-from ..runner_secrets import secret_matches
+from ..link.runner_secrets import secret_matches
 from .registry import RunnerConn
 from .state import ServerState
 

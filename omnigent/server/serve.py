@@ -25,7 +25,7 @@ import trio
 import protocol as p
 from protocol import events as ev
 
-from ..link import LinkEnd
+from ..link.memory import LinkEnd
 from ..store import Store
 from .guard import Guard
 from .hub import EventHub

@@ -9,8 +9,8 @@ import trio
 
 import protocol as p
 
-from ..link import LinkEnd
-from ..runner_secrets import bearer
+from ..link.memory import LinkEnd
+from ..link.runner_secrets import bearer
 from ..store import Store
 from .guard import Guard
 from .hub import EventHub

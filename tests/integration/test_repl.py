@@ -21,7 +21,7 @@ import trio
 
 from omnigent.agents import bundle_from_spec, load_spec
 from omnigent.client import OmnigentClient
-from omnigent.local import run_tree
+from omnigent.tree.local import run_tree
 from omnigent.repl.options import FrontOptions
 from omnigent.repl.repl import Repl
 from omnigent.store import Store

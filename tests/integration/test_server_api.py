@@ -20,8 +20,8 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 import protocol as p
 from omnigent.agents import bundle_bytes
 from omnigent.client import OmnigentClient
-from omnigent.link import memory_link
-from omnigent.runner_secrets import hash_secret, mint_secret
+from omnigent.link.memory import memory_link
+from omnigent.link.runner_secrets import hash_secret, mint_secret
 from omnigent.server.serve import run_server
 from omnigent.server.sockets import bind_socket
 from omnigent.store import Store

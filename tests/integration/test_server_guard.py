@@ -107,7 +107,7 @@ async def test_host_names_are_checked(server):
 
 
 async def test_public_bind_checks_host_against_what_it_serves(nursery, store):
-    from omnigent.link import memory_link
+    from omnigent.link.memory import memory_link
     from omnigent.server.serve import run_server
     from omnigent.server.sockets import bind_socket
 

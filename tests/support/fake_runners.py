@@ -34,7 +34,7 @@ import trio.testing
 
 import protocol as p
 from omnigent.host.pool import Host
-from omnigent.link import LinkEnd, memory_link
+from omnigent.link.memory import LinkEnd, memory_link
 from omnigent.server.hub import EventHub
 from omnigent.server.registry import RunnerRegistry
 from omnigent.server.runner_link import serve_runner

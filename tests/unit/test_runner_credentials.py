@@ -14,7 +14,7 @@ import pytest
 import trio
 
 import protocol as p
-from omnigent.runner_secrets import hash_secret, mint_secret
+from omnigent.link.runner_secrets import hash_secret, mint_secret
 from omnigent.server.registry import AlreadyOnline, RunnerConn
 from omnigent.server.runner_link import serve_runner
 from tests.support.fake_runners import MemoryTransport, assistant_item, open_harness

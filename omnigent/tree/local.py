@@ -32,15 +32,15 @@ import trio
 
 from supervisor import RestartPolicy
 
-from .host import Host
-from .host.pool import DEFAULT_POLICY
-from .link import memory_link
-from .config.dirs import check_free_space, describe, private_dir
-from .config.logs import close_log, logs_dir, open_log, prune
-from .config.tuning import Tuning
+from ..host import Host
+from ..host.pool import DEFAULT_POLICY
+from ..link.memory import memory_link
+from ..config.dirs import check_free_space, describe, private_dir
+from ..config.logs import close_log, logs_dir, open_log, prune
+from ..config.tuning import Tuning
 
 if TYPE_CHECKING:
-    from .client import OmnigentClient
+    from ..client import OmnigentClient
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
@@ -68,7 +68,7 @@ async def run_tree(
     Raises StoreError or DiskError (one line each, nothing written) when the
     store, the data dir or the logs (`logs_dir()`) cannot be used.
     """
-    from .server.sockets import bind_socket, url_of
+    from ..server.sockets import bind_socket, url_of
 
     sock = bind_socket(*bind)
     try:
@@ -83,7 +83,7 @@ async def run_tree(
     server_end, host_end = memory_link()
     host = Host(url, host_end, log_dir=log_root, workspace=workspace or os.getcwd(),
                 runners=runners, policy=policy)
-    from .store.errors import StoreError
+    from ..store.errors import StoreError
 
     exit_code = 0
     store = None
@@ -103,11 +103,11 @@ async def run_tree(
             if runners:
                 with trio.move_on_after(2):  # the runner imports openai while the server imports quart
                     await host.first_launch.wait()
-            from .client import OmnigentClient
-            from .server.serve import run_server
-            from .store import Store
+            from ..client import OmnigentClient
+            from ..server.serve import run_server
+            from ..store import Store
 
-            from .store.db import verify
+            from ..store.db import verify
 
             try:
                 store = Store(db_path)
@@ -162,7 +162,7 @@ async def run_tree(
 
 def _open_files(db_path: Path, log_root: Path):
     """Check the store and open the host log before anything is launched; returns the log handler."""
-    from .store.db import check_store
+    from ..store.db import check_store
 
     # Before anything is touched: a full disk (where even reading a WAL store
     # fails), then a store this version cannot use.
