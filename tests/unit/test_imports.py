@@ -149,6 +149,22 @@ def test_cycles_are_found():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_packages_form_layers():
+    # `omnigent.<package>` as one node: the folder tree reads bottom-up without a loop
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == "omnigent" and len(parts) > 1 else parts[0]
+
+    packages: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        packages.setdefault(package(module), set()).update(
+            package(t) for t in targets if package(t) != package(module))
+    for targets in list(packages.values()):
+        for t in targets:
+            packages.setdefault(t, set())
+    assert _cycles(packages) == []
+
+
 def test_supervisor_and_protocol_never_import_omnigent():
     offenders = {(m, t) for m, targets in GRAPH.items() if _under(m, "supervisor", "protocol")
                  for t in targets if _under(t, "omnigent", "omnigent_client")}
