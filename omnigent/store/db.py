@@ -284,17 +284,26 @@ def _check_file(target: Path) -> None:
         read_only = os.statvfs(target).f_flag & os.ST_RDONLY
         raise _error("cannot open store", target, os.strerror(errno.EROFS) if read_only
                      else "permission denied (it must be readable and writable)")
-    try:
-        with open(target, "rb") as f:
-            head = f.read(100)
-        size = target.stat().st_size
-    except OSError as e:
-        raise _error("cannot open store", target, e) from e
-    if head and not head.startswith(SQLITE_MAGIC):
-        raise _error("cannot open store", target, "not an SQLite database (corrupt, or another kind of file)")
-    if len(head) == 100 and _truncated(head, size):
-        raise _error("cannot open store", target, "the file is truncated (the store is corrupt; "
-                                                  "move it aside to start afresh)")
+    # Another process may be writing the file right now (creating it, checkpointing): its
+    # header can briefly promise pages not yet on disk, so only a cut that stays is one.
+    for attempt in range(_TRUNCATION_CHECKS):
+        try:
+            with open(target, "rb") as f:
+                head = f.read(100)
+            size = target.stat().st_size
+        except OSError as e:
+            raise _error("cannot open store", target, e) from e
+        if head and not head.startswith(SQLITE_MAGIC):
+            raise _error("cannot open store", target, "not an SQLite database (corrupt, or another kind of file)")
+        if len(head) < 100 or not _truncated(head, size):
+            return
+        if attempt + 1 < _TRUNCATION_CHECKS:
+            time.sleep(0.05)
+    raise _error("cannot open store", target, "the file is truncated (the store is corrupt; "
+                                              "move it aside to start afresh)")
+
+
+_TRUNCATION_CHECKS = 4
 
 
 def _truncated(header: bytes, size: int) -> bool:
