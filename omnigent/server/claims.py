@@ -77,7 +77,15 @@ class Claims:
                 log.error("could not renew the claim on %s: %s", session_id, exc)
                 continue
             if not renewed:
-                # our lease ran out (a loop stalled for LEASE s) and another process took
-                # over: say so, and take it back as soon as that process lets go
+                # our lease ran out (this process stalled for LEASE s) and another process took
+                # over: its turn has read this turn's message and may have answered it already,
+                # so this turn must not go on (it would answer twice, from an old history)
                 log.warning("turn %s lost its claim on %s to another process", turn_id, session_id)
-                await self.acquire(session_id, turn_id)
+                raise ClaimLost(session_id)
+
+
+class ClaimLost(Exception):
+    """This process stalled past its lease and another process took the conversation over."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"another process took over conversation {session_id} while this turn was stalled")

@@ -34,7 +34,7 @@ from protocol import events as ev
 
 from ..store import Store
 from .history import build_history
-from .claims import Claims
+from .claims import ClaimLost, Claims
 from .hub import EventHub
 from .registry import RunnerConn, RunnerRegistry
 
@@ -191,6 +191,10 @@ class TurnService:
                 async with self.claims.renewed(session_id, turn["id"]):
                     self.store.place_pending(session_id, turn["input_item_id"])
                     await self._run_turn(session_id, turn)
+            except ClaimLost:  # its message went to the other process's turn, which answers it
+                self._fail(session_id, turn["id"], "overtaken",
+                           "this process stalled and another one took over the conversation; "
+                           "its turn has this message")
             except sqlite3.Error as exc:  # a full or failing disk: the turn fails, the server stays up
                 log.error("turn %s: the store failed: %s", turn["id"], exc)
                 self._fail(session_id, turn["id"], "store_error", f"cannot write store: {self.store.path}: {exc}")

@@ -261,3 +261,28 @@ async def test_interrupt_ends_a_turn_waiting_behind_another_process_or_a_paced_r
             await h.until_terminal(poison_sid, poison["id"])
             assert h.store.get_turn(poison["id"])["status"] == "cancelled"
             assert events_of(h, poison_sid, ev.FAILED) == []
+
+
+async def test_a_turn_whose_claim_was_taken_over_while_it_stalled_never_answers(autojump_clock, tmp_path):
+    """A holder that stalled past its lease lost the conversation to another process, whose turn
+    read (and will answer) this turn's message: this turn ends as overtaken, storing no answer."""
+    from omnigent.server.claims import LEASE
+
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, default=answers("stale answer", after=30.0)) as h:
+            await h.online(1)
+            sid = h.new_session()
+            turn = queue(h, sid, "mine")
+            while not events_of(h, sid, ev.RESPONSE_CREATED):
+                await trio.sleep(0.1)  # the model call is under way (virtual time)
+            # as if this process had stalled: its lease ran out and another process took over
+            h.store.conn.execute("UPDATE conversation_claims SET lease_until = 0 WHERE conversation_id = ?", [sid])
+            h.store.conn.commit()
+            assert h.store.claim_conversation(sid, _another_process(), turn_id=None, lease=600)
+            await trio.sleep(LEASE)
+            [failed] = events_of(h, sid, ev.FAILED)
+            assert failed["turn_id"] == turn["id"] and failed["error"]["code"] == "overtaken"
+            await trio.sleep(60)  # the runner's late answer arrives to nobody
+            assert [role for role, _ in texts(h.store.list_items(sid))] == ["user"]
+            assert h.store.get_turn(turn["id"])["status"] == "failed"
+            assert h.store.claim_of(sid)["owner_token"] == "another-process"  # not released by us
