@@ -34,7 +34,7 @@ MAX_BODY = bodies.MAX_BODY
 
 
 def create_app(state: ServerState) -> QuartTrio:
-    app = QuartTrio("omnigent")
+    app = QuartTrio("omnigent", static_folder=None)  # no /static route: the API serves no files
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.config["BODY_TIMEOUT"] = bodies.BODY_TIMEOUT
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
@@ -43,9 +43,13 @@ def create_app(state: ServerState) -> QuartTrio:
 
     # --- cross-cutting ------------------------------------------------------
 
+    # answers given before the body was read: close the connection rather than keep it alive
+    # with an unread body on it (hypercorn would wait on that body; see _drain_unread_body)
+    early = {"Connection": "close"}
+
     @app.errorhandler(ApiError)
     async def _api_error(exc: ApiError):
-        return exc.body(), exc.status
+        return exc.body(), exc.status, (early if exc.status in (408, 413, 415) else {})
 
     def _where() -> tuple[str, str]:
         """Method and path of what failed: handlers run for websockets too, with no `request`."""
@@ -65,11 +69,11 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.errorhandler(408)
     async def _slow_body(_exc):
-        return ApiError("timeout", f"the request body did not arrive within {bodies.BODY_TIMEOUT} s").body(), 408
+        return ApiError("timeout", f"the request body did not arrive within {bodies.BODY_TIMEOUT} s").body(), 408, early
 
     @app.errorhandler(413)
     async def _too_large(_exc):
-        return bodies.too_large(MAX_BODY).body(), 413
+        return bodies.too_large(MAX_BODY).body(), 413, early
 
     @app.errorhandler(NotFoundError)
     async def _store_not_found(exc: NotFoundError):
@@ -418,6 +422,34 @@ def create_app(state: ServerState) -> QuartTrio:
             if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
                 raise invalid("message content parts must be {'type': 'input_text', 'text': str}")
         return content
+
+    app.asgi_app = _drain_unread_body(app.asgi_app)
+    return app
+
+
+def _drain_unread_body(asgi_app):
+    """Read and drop what is left of a request body once the route has answered.
+
+    A route may answer before the body is in (413, 415, a bad id). hypercorn
+    0.18 then wedges the connection: its reader blocks handing chunks to the
+    app's full queue, and the close waits behind it, so the client that sent
+    a 40 MiB body got its 413 but never a close. Consuming the rest until the
+    body ends (or the client leaves) lets hypercorn finish the exchange.
+    """
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return await asgi_app(scope, receive, send)
+        ended = False
+
+        async def tracked():
+            nonlocal ended
+            message = await receive()
+            ended = message["type"] == "http.disconnect" or not message.get("more_body", False)
+            return message
+
+        await asgi_app(scope, tracked, send)
+        while not ended:  # bounded by the client: it finishes sending or goes away
+            await tracked()
 
     return app
 
