@@ -20,6 +20,8 @@ from .jsonobj import load_object
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024
+# values in one frame (a turn's whole output, a long history): bounds the time a parse can take
+MAX_FRAME_VALUES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ def encode(frame: Frame) -> str:
 def decode(raw: str | bytes) -> Frame:
     if len(raw) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(raw)} bytes exceeds {MAX_FRAME_BYTES}", ProtocolError.TOO_LARGE)
-    data = load_object(raw, "frame")
+    data = load_object(raw, "frame", max_values=MAX_FRAME_VALUES)
     kind = data.pop("kind", None)
     cls = FRAME_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:

@@ -2,7 +2,11 @@
 
 A session is created by uploading a bundle; the server, and `load_spec` for a
 .tar.gz path, read it back with `spec_from_bundle`. Bundles come from clients,
-so reading happens in memory only, with a size cap and member-path checks.
+so reading happens in memory only and every step is bounded: the packed and
+unpacked size, the member count, member paths, and the YAML's event count
+(libyaml's composer is cheap per byte but not per node: a hostile 300 KiB
+document took seconds). The server runs `spec_from_bundle` in a worker thread;
+these bounds keep each such thread short.
 Bundles are never given credentials from the environment: files go in as
 written, and `bundle_from_spec` writes `executor.auth` unexpanded.
 """
@@ -15,7 +19,10 @@ import os
 import tarfile
 import zlib
 
+import yaml
+
 from .spec import (
+    _MAX_DEPTH,
     MAX_BYTES,
     AgentSpec,
     SpecError,
@@ -26,6 +33,8 @@ from .spec import (
 )
 
 _MiB = MAX_BYTES // (1024 * 1024)
+MAX_MEMBERS = 1000        # files, dirs and links in one bundle (an agent dir has a handful)
+MAX_YAML_EVENTS = 20_000  # YAML parser events in the spec document (a real spec has hundreds)
 
 
 def bundle_bytes(path: str | os.PathLike) -> bytes:
@@ -84,18 +93,45 @@ def bundle_document(data: bytes, hint: str) -> tuple[object, str]:
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             root = {}
-            for member in tar.getmembers():
+            for count, member in enumerate(tar, 1):  # lazily: stop at the bound, not after it
+                if count > MAX_MEMBERS:
+                    raise SpecError(hint, f"bundle has over {MAX_MEMBERS} members")
                 name = _safe_name(member, hint)
                 if member.isfile() and "/" not in name:
                     root[name] = member
             return select_document(
                 hint,
                 sorted(root),
-                lambda n: tar.extractfile(root[n]).read(),
+                lambda n: _bounded_yaml(tar.extractfile(root[n]).read(), f"{hint}/{n}"),
                 lambda n: f"{hint}/{n}",
             )
     except tarfile.TarError as e:
         raise SpecError(hint, f"not a valid .tar.gz bundle ({e})") from e
+
+
+def _bounded_yaml(data: bytes, source: str) -> bytes:
+    """`data` unchanged if it parses in at most MAX_YAML_EVENTS events, nested at most _MAX_DEPTH.
+
+    Scanning events costs a fraction of composing the document and stops at
+    the bound. Depth is bounded here too because libyaml rechecks every open
+    flow level on each token: a run of 100,000 '[' took 3 s before its 20,000th
+    event. Malformed YAML passes here and gets its error from the parse.
+    """
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    depth = 0
+    try:
+        for count, event in enumerate(yaml.parse(data, Loader=loader), 1):
+            if count > MAX_YAML_EVENTS:
+                raise SpecError(source, f"too complex (over {MAX_YAML_EVENTS} YAML events)")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > _MAX_DEPTH:
+                    raise SpecError(source, f"nested deeper than {_MAX_DEPTH} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except (yaml.YAMLError, RecursionError, UnicodeDecodeError, ValueError):
+        pass
+    return data
 
 
 def _safe_name(member: tarfile.TarInfo, hint: str) -> str:

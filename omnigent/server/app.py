@@ -12,16 +12,16 @@ import re
 from typing import Any
 
 import trio
-from quart import Response, request, websocket
+from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
-from werkzeug.exceptions import RequestEntityTooLarge
 
 import protocol as p
 from protocol import events as ev
 
-from ..agents import SpecError, spec_from_bundle
+from ..agents import SpecError
 from ..link.runner_secrets import bearer, hash_secret, mint_runner_id, mint_secret
-from . import files
+from ..store.errors import ConflictError, NotFoundError
+from . import bodies, files
 from .errors import ApiError, invalid, not_found
 from .runner_link import serve_runner
 from .state import ServerState
@@ -30,39 +30,66 @@ log = logging.getLogger("omnigent.server")
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 RUNNER_ID_RE = re.compile(r"runner_[A-Za-z0-9_-]{1,120}")
-MAX_BODY = 32 * 1024 * 1024
+MAX_BODY = bodies.MAX_BODY
 
 
 def create_app(state: ServerState) -> QuartTrio:
-    app = QuartTrio("omnigent")
+    app = QuartTrio("omnigent", static_folder=None)  # no /static route: the API serves no files
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    app.config["BODY_TIMEOUT"] = bodies.BODY_TIMEOUT
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     store = state.store
+    bundle_limiter = trio.CapacityLimiter(1)  # bundles are read one at a time, off the loop
 
     # --- cross-cutting ------------------------------------------------------
 
+    # answers given before the body was read: close the connection rather than keep it alive
+    # with an unread body on it (hypercorn would wait on that body; see _drain_unread_body)
+    early = {"Connection": "close"}
+
     @app.errorhandler(ApiError)
     async def _api_error(exc: ApiError):
-        return exc.body(), exc.status
+        return exc.body(), exc.status, (early if exc.status in (408, 413, 415) else {})
+
+    def _where() -> tuple[str, str]:
+        """Method and path of what failed: handlers run for websockets too, with no `request`."""
+        if has_websocket_context():
+            return "WEBSOCKET", websocket.path
+        return request.method, request.path
 
     @app.errorhandler(404)
     async def _no_route(_exc):
-        return ApiError("not_found", f"no route for {request.method} {request.path}").body(), 404
+        method, path = _where()
+        return ApiError("not_found", f"no route for {method} {path}").body(), 404
 
     @app.errorhandler(405)
     async def _bad_method(_exc):
-        return ApiError("method_not_allowed", f"{request.method} is not allowed on {request.path}").body(), 405
+        method, path = _where()
+        return ApiError("method_not_allowed", f"{method} is not allowed on {path}").body(), 405
+
+    @app.errorhandler(408)
+    async def _slow_body(_exc):
+        return ApiError("timeout", f"the request body did not arrive within {bodies.BODY_TIMEOUT} s").body(), 408, early
 
     @app.errorhandler(413)
     async def _too_large(_exc):
-        return ApiError("too_large", f"request body over {MAX_BODY} bytes").body(), 413
+        return bodies.too_large(MAX_BODY).body(), 413, early
+
+    @app.errorhandler(NotFoundError)
+    async def _store_not_found(exc: NotFoundError):
+        return ApiError("not_found", str(exc)).body(), 404
+
+    @app.errorhandler(ConflictError)
+    async def _store_conflict(exc: ConflictError):
+        return ApiError("conflict", str(exc)).body(), 409
 
     @app.errorhandler(Exception)
     async def _crash(exc: Exception):
         code = getattr(exc, "code", None)
         if isinstance(code, int) and 400 <= code < 500:  # werkzeug/quart HTTPException
             return ApiError("invalid_input", getattr(exc, "description", str(exc))).body(), code
-        log.exception("unhandled error on %s %s", request.method, request.path)
+        method, path = _where()
+        log.exception("unhandled error on %s %s", method, path)
         return ApiError("internal_error", "internal error").body(), 500
 
     def _check_origin(headers, *, needs_token: bool) -> None:
@@ -75,18 +102,6 @@ def create_app(state: ServerState) -> QuartTrio:
             raise ApiError("forbidden", refusal)
         if needs_token and not state.client_token_ok(headers.get("Authorization")):
             raise ApiError("unauthorized", "missing or wrong bearer token")
-
-    @app.after_request
-    async def _drain_body(response):
-        # a request answered before its body was read (a 404 on POST, say) must still have it
-        # read: hypercorn otherwise never recycles the keep-alive connection, and the client's
-        # next request on it hangs until its timeout
-        try:
-            await request.get_data()
-        except RequestEntityTooLarge:  # too big to drain: refuse it and close the connection
-            response = Response(json.dumps(ApiError("too_large", f"request body over {MAX_BODY} bytes").body()),
-                                status=413, content_type="application/json", headers={"Connection": "close"})
-        return response
 
     @app.before_request
     async def _guard():
@@ -108,34 +123,32 @@ def create_app(state: ServerState) -> QuartTrio:
 
     async def _upload_agent() -> tuple[dict[str, Any], dict[str, Any]]:
         """Register the multipart `bundle` (idempotent by agent name); returns (agent, metadata)."""
-        form = await request.form
-        files = await request.files
-        try:
-            meta = json.loads(form.get("metadata") or "{}")
-        except ValueError:
-            raise invalid("metadata is not valid JSON") from None
-        if not isinstance(meta, dict):
-            raise invalid("metadata must be a JSON object")
-        upload = files.get("bundle")
+        with trio.move_on_after(bodies.BODY_TIMEOUT) as slow:
+            form = await request.form
+            parts = await request.files
+        if slow.cancelled_caught:
+            raise ApiError("timeout", f"the upload did not arrive within {bodies.BODY_TIMEOUT} s")
+        meta = bodies.parse_json(form.get("metadata") or "{}", "metadata")
+        upload = parts.get("bundle")
         if upload is None:
             raise invalid("multipart part 'bundle' is missing")
         data = upload.read()
         try:
-            spec = spec_from_bundle(data, name_hint=upload.filename or "bundle")
+            spec = await bodies.parse_bundle(data, upload.filename or "bundle", bundle_limiter)
         except SpecError as exc:
             raise invalid(f"bad agent bundle: {exc}") from None
         return store.upsert_agent(spec.name, spec.to_dict(), data), meta
 
     @app.post("/v1/agents")
     async def upload_agent():
-        if not (request.content_type or "").startswith("multipart/form-data"):
-            raise invalid("send the agent as a multipart 'bundle' part")
+        if request.mimetype != "multipart/form-data":
+            raise ApiError("unsupported_media_type", "send the agent as a multipart/form-data 'bundle' part")
         agent, _meta = await _upload_agent()
         return {"id": agent["id"], "name": agent["name"], "spec": agent["spec"]}, 200
 
     @app.post("/v1/sessions")
     async def create_session():
-        if (request.content_type or "").startswith("multipart/form-data"):
+        if request.mimetype == "multipart/form-data":
             agent, meta = await _upload_agent()
             conv = _create(meta, agent)
             return {"session_id": conv["id"], "agent_id": agent["id"], "agent_name": agent["name"]}, 201
@@ -254,7 +267,11 @@ def create_app(state: ServerState) -> QuartTrio:
         order = request.args.get("order", "asc")
         if order not in ("asc", "desc"):
             raise invalid("order must be asc or desc")
-        rows = store.list_items(session_id, limit=limit + 1, after=request.args.get("after"), order=order)
+        after = request.args.get("after")
+        try:
+            rows = store.list_items(session_id, limit=limit + 1, after=after, order=order)
+        except NotFoundError:
+            raise invalid(f"after: no item {after!r} in this session") from None
         data = rows[:limit]
         return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None, "has_more": len(rows) > limit}
@@ -412,15 +429,7 @@ def create_app(state: ServerState) -> QuartTrio:
             "reasoning_effort": conv.get("reasoning_effort"), "workspace": conv.get("workspace"),
         }
 
-    async def _json_body() -> dict[str, Any]:
-        raw = await request.get_data()
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            raise invalid("request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise invalid("request body must be a JSON object")
-        return body
+    _json_body = bodies.json_body
 
     def _int_arg(name: str, default: int, lo: int, hi: int) -> int:
         raw = request.args.get(name)
@@ -454,6 +463,34 @@ def create_app(state: ServerState) -> QuartTrio:
         return content
 
     files.register(app, state)
+    app.asgi_app = _drain_unread_body(app.asgi_app)
+    return app
+
+
+def _drain_unread_body(asgi_app):
+    """Read and drop what is left of a request body once the route has answered.
+
+    A route may answer before the body is in (413, 415, a bad id). hypercorn
+    0.18 then wedges the connection: its reader blocks handing chunks to the
+    app's full queue, and the close waits behind it, so the client that sent
+    a 40 MiB body got its 413 but never a close. Consuming the rest until the
+    body ends (or the client leaves) lets hypercorn finish the exchange.
+    """
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return await asgi_app(scope, receive, send)
+        ended = False
+
+        async def tracked():
+            nonlocal ended
+            message = await receive()
+            ended = message["type"] == "http.disconnect" or not message.get("more_body", False)
+            return message
+
+        await asgi_app(scope, tracked, send)
+        while not ended:  # bounded by the client: it finishes sending or goes away
+            await tracked()
+
     return app
 
 

@@ -9,7 +9,9 @@ STATUS = {
     "not_found": 404,
     "method_not_allowed": 405,
     "conflict": 409,
+    "timeout": 408,
     "too_large": 413,
+    "unsupported_media_type": 415,
     "runner_unavailable": 503,
     "internal_error": 500,
 }

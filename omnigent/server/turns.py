@@ -257,8 +257,8 @@ class TurnService:
             await trio.sleep_until(recent[0] + self.loss_window)
 
     async def _attempt(self, session_id: str, turn_id: str, conn: RunnerConn) -> str:
-        conv = self.store.get_conversation(session_id)
-        agent = self.store.get_agent(conv["agent_id"]) if conv and conv.get("agent_id") else None
+        conv = self.store.get_conversation(session_id) or {}  # gone: run with no spec, fail cleanly
+        agent = self.store.get_agent(conv["agent_id"]) if conv.get("agent_id") else None
         spec = dict(agent["spec"]) if agent else {}
         turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid())
         history = self._history(session_id, turn["input_item_id"])

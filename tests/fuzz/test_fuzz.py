@@ -1,0 +1,123 @@
+"""Seeded fuzz of the whole API: no input gets a 5xx, and nothing stalls the server.
+
+The server runs for real (`run_server` on a socket, with its store). The bulk
+of the inputs goes through quart's in-process test client on an app built
+from the same state (fast); websockets and the heavy cases (bodies past every
+limit, frames past hypercorn's, tarballs and YAML that once held the loop for
+seconds) go over the socket. Meanwhile a well-behaved client keeps calling
+the API and must be answered each time within a bound. At the end the server
+must still answer and the store must pass its integrity check.
+
+A failure names the seed and the input's index: `OMNIGENT_FUZZ_SEED=<seed>`
+reruns the same inputs, and `inputs.case(seed, index, ...)` rebuilds one.
+`scripts/bench_fuzz.py` runs the same inputs and prints the figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import trio
+
+from omnigent.server.app import create_app
+from omnigent.server.serve import run_server
+from omnigent.server.sockets import bind_socket
+from omnigent.store import Store
+
+from .driver import ErrorLog, Tally, final_checks, make_targets, raw_request, run_inproc, run_ws, steady_client
+from .inputs import HttpCase, case, heavy_cases, routes_of
+
+TOKEN = "fuzz-token"
+SEED = int(os.environ.get("OMNIGENT_FUZZ_SEED", "20261201"))
+
+
+async def fuzz(tmp_path, *, seed: int, count: int, heavy: bool) -> Tally:
+    db = tmp_path / "chat.db"
+    store = Store(db)
+    tally = Tally()
+    watch = ErrorLog(tally)
+    root = logging.getLogger()
+    root.addHandler(watch)
+    try:
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(lambda task_status: run_server(
+                store, bind_socket(), token=TOKEN, runner_wait=0.3, ping_interval=0.2,
+                task_status=task_status))
+            targets = await make_targets(server.url, TOKEN)
+            app = create_app(server.state)
+            routes = routes_of(app)
+            client = app.test_client()
+            stop = trio.Event()
+            nursery.start_soon(steady_client, server.url, targets, tally, stop)
+            for index in range(count):
+                one = case(seed, index, routes, targets)
+                where = f"seed {seed} index {index} ({one.label})"
+                if isinstance(one, HttpCase):
+                    await run_inproc(client, one, tally, where)
+                else:
+                    await run_ws(server.url, one, tally, where)
+            if heavy:
+                url = urlsplit(server.url)
+                for index, one in enumerate(heavy_cases(targets)):
+                    where = f"heavy case {index} ({one.label})"
+                    if isinstance(one, HttpCase):
+                        await raw_request(url.hostname, url.port, one, tally, where)
+                    else:
+                        await run_ws(server.url, one, tally, where)
+            stop.set()
+            await final_checks(server.url, db, tally)
+            await server.aclose()
+    finally:
+        root.removeHandler(watch)
+        store.close()
+    return tally
+
+
+def _report(tally: Tally, seed: int) -> str:
+    shown = "\n".join(tally.failures[:20])
+    return (f"{len(tally.failures)} failed checks in {tally.inputs} inputs (seed {seed}; rerun with "
+            f"OMNIGENT_FUZZ_SEED={seed}):\n{shown}")
+
+
+async def test_quick_fuzz_every_route(tmp_path):
+    tally = await fuzz(tmp_path, seed=SEED, count=800, heavy=False)
+    assert not tally.failures, _report(tally, SEED)
+    assert tally.steady, "the well-behaved client never got through"
+    assert {status for status in tally.http if 400 <= status < 500} >= {400, 404, 405, 413, 415}
+
+
+@pytest.mark.slow
+async def test_full_fuzz_with_heavy_cases(tmp_path):
+    tally = await fuzz(tmp_path, seed=SEED + 1, count=10_000, heavy=True)
+    assert tally.inputs >= 10_000
+    assert not tally.failures, _report(tally, SEED + 1)
+    assert tally.steady
+
+
+async def test_text_plain_post_is_refused_before_it_runs(tmp_path):
+    """A web page's CORS simple request (text/plain, no preflight) must not post a message."""
+    store = Store(tmp_path / "chat.db")
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(lambda task_status: run_server(
+            store, bind_socket(), token=TOKEN, runner_wait=0.3, task_status=task_status))
+        targets = await make_targets(server.url, TOKEN)
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            before = len(store.list_items(targets.session_id))
+            body = b'{"type": "message", "data": {"role": "user", "content": "from a web page"}}'
+            for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+                headers = {"Content-Type": ctype} if ctype else {}
+                resp = await http.post(f"/v1/sessions/{targets.session_id}/events", content=body, headers=headers)
+                assert resp.status_code == 415, resp.text
+                assert resp.json()["error"]["code"] == "unsupported_media_type"
+            assert len(store.list_items(targets.session_id)) == before
+            ok = await http.post(f"/v1/sessions/{targets.session_id}/events", content=body,
+                                 headers={"Content-Type": "application/json; charset=utf-8"})
+            assert ok.status_code == 202, ok.text
+            resp = await http.get(f"/v1/sessions/{targets.session_id}/items", params={"after": "msg_unknown"})
+            assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_input"
+        await server.aclose()
+    store.close()
