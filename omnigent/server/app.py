@@ -14,6 +14,7 @@ from typing import Any
 import trio
 from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 import protocol as p
 from protocol import events as ev
@@ -102,6 +103,21 @@ def create_app(state: ServerState) -> QuartTrio:
             raise ApiError("forbidden", refusal)
         if needs_token and not state.client_token_ok(headers.get("Authorization")):
             raise ApiError("unauthorized", "missing or wrong bearer token")
+
+    @app.after_request
+    async def _drain_body(response):
+        # a request answered before its body was read (a 404 on POST, say) must still have it
+        # read before the answer goes out: hypercorn otherwise never recycles the keep-alive
+        # connection, and the client's next request on it hangs until its timeout.
+        # (_drain_unread_body covers what is left once the app has answered.)
+        try:
+            await request.get_data()
+        except RequestEntityTooLarge:  # too big to drain: refuse it and close the connection
+            response = Response(json.dumps(bodies.too_large(MAX_BODY).body()),
+                                status=413, content_type="application/json", headers=early)
+        except HTTPException:  # e.g. the rest of the body is too slow to come: keep the answer, close
+            response.headers["Connection"] = "close"
+        return response
 
     @app.before_request
     async def _guard():

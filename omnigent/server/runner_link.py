@@ -13,7 +13,7 @@ Who may connect as a runner id:
   `RunnerCredential` frame or by a client's `POST /v1/runners`). A host posts
   that frame before it launches the process, but the server reads its link
   on its own time, so a runner may dial first: an id without a credential
-  yet is waited for, up to `state.credential_wait`, then refused. A wrong,
+  yet is waited for, up to `state.credential_wait` (1 s), then refused. A wrong,
   missing or revoked secret gets 4003 at once. The client token opens nothing here.
 - An id that is online is never taken over by a connection with the wrong
   secret (4003; the first stays registered). With the right secret (the

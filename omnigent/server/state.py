@@ -47,7 +47,9 @@ class ServerState:
     ping_interval: float = 1.0
     ping_allowance: float = 3.0
     hello_timeout: float = 10.0
-    credential_wait: float = 5.0   # a runner may dial before its host's credential frame is read
+    # a runner may dial before its host's credential frame is read; the frame is sent before
+    # the launch, so the skew is milliseconds, and a junk peer is held no longer than this
+    credential_wait: float = 1.0
     reconnect_probe: float = 1.0   # a second connection for an online id: the old one's chance to answer
     shutting_down: trio.Event = field(default_factory=trio.Event)
     host_events: HostEvents = field(default_factory=HostEvents)

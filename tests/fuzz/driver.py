@@ -55,7 +55,8 @@ class Tally:
 
 async def make_targets(base_url: str, token: str) -> Targets:
     """A session with one message, its agent and that item: real ids for the inputs to aim at."""
-    async with httpx.AsyncClient(base_url=base_url, headers={"Origin": "omnigent://internal"}) as http:
+    headers = {"Origin": "omnigent://internal", "Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=base_url, headers=headers) as http:
         created = (await http.post("/v1/sessions", data={"metadata": "{}"},
                                    files={"bundle": ("a.tar.gz", tar_gz([("agent.yaml", AGENT_YAML)]))})).json()
         sid = created["session_id"]
@@ -143,8 +144,8 @@ async def steady_client(base_url: str, t: Targets, tally: Tally, stop: trio.Even
     calls = [("GET", "/health", None), ("GET", f"/v1/sessions/{t.session_id}", None),
              ("GET", f"/v1/sessions/{t.session_id}/items", None), ("GET", "/v1/sessions?limit=5", None),
              ("PATCH", f"/v1/sessions/{t.session_id}", {"title": "steady"})]
-    async with httpx.AsyncClient(base_url=base_url, headers={"Origin": "omnigent://internal"},
-                                 timeout=LIVENESS_BOUND * 2) as http:
+    headers = {"Origin": "omnigent://internal", "Authorization": f"Bearer {t.token}"}
+    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=LIVENESS_BOUND * 2) as http:
         i = 0
         while not stop.is_set():
             method, path, body = calls[i % len(calls)]

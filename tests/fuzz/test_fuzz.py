@@ -105,7 +105,7 @@ async def test_text_plain_post_is_refused_before_it_runs(tmp_path):
         server = await nursery.start(lambda task_status: run_server(
             store, bind_socket(), token=TOKEN, runner_wait=0.3, task_status=task_status))
         targets = await make_targets(server.url, TOKEN)
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
             before = len(store.list_items(targets.session_id))
             body = b'{"type": "message", "data": {"role": "user", "content": "from a web page"}}'
             for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
