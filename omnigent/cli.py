@@ -27,6 +27,29 @@ def _bundle(source: Path) -> bytes:
     return bundle_bytes(Path(source))
 
 
+def _start_cli_runner_process(*, server_url: str, tunnel_token: str | None = None, runner_id: str | None = None,
+                              workspace_cwd, capture_logs: bool, log_dir, prewarm_spec_path,
+                              isolate_session: bool = False, extra_env=None):
+    """Register an explicit runner with `server_url` and start it (the original's helper).
+
+    Returns a `CliRunnerProcess(proc, runner_id, tunnel_token, log_path)`; see
+    `omnigent.tree.cli_runner`. Given `runner_id` and `tunnel_token`, exactly
+    those are registered, or it fails (ClickException) when the id is known.
+    """
+    from .tree.cli_runner import start
+
+    return start(server_url=server_url, tunnel_token=tunnel_token, runner_id=runner_id,
+                 workspace_cwd=workspace_cwd, capture_logs=capture_logs, log_dir=log_dir,
+                 prewarm_spec_path=prewarm_spec_path, isolate_session=isolate_session, extra_env=extra_env)
+
+
+def _stop_cli_runner_process(proc, *, grace_timeout: float = 5.0) -> int:
+    """Stop a runner from `_start_cli_runner_process`: stdin EOF, SIGTERM, a grace, SIGKILL."""
+    from .tree.cli_runner import stop
+
+    return stop(proc, grace_timeout=grace_timeout)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Run AI agents defined in YAML, supervised and self-healing."""
@@ -129,7 +152,12 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
               help="Bearer token clients must send (generated and printed when needed).")
 @click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
               help="Also answer requests whose Host is NAME (a proxy or DNS name in front); repeatable.")
-def server(host: str, port: int, runners: int, token: str | None, allow_hosts: tuple[str, ...]) -> None:
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Keep the store (DIR/chat.db) and the logs here instead of $OMNIGENT_DATA_DIR or ~/.omnigent.")
+@click.option("--database-uri", default=None, metavar="sqlite:///PATH",
+              help="The store file, anywhere (the original's flag; only sqlite:/// is supported).")
+def server(host: str, port: int, runners: int, token: str | None, allow_hosts: tuple[str, ...],
+           data_dir: Path | None, database_uri: str | None) -> None:
     """Serve the API (sessions, event streams) on the persistent store, with local runners.
 
     On loopback without --token the API is open to every local user (one
@@ -153,6 +181,12 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
         policy_from_env()  # the runners read it per turn; a bad value is said here, once
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    db_path = _database_path(database_uri) if database_uri is not None else None
+    if data_dir is not None:
+        # the logs follow the data dir too (they are found through OMNIGENT_DATA_DIR)
+        os.environ["OMNIGENT_DATA_DIR"] = str(data_dir.expanduser().absolute())
+    if db_path is None:
+        db_path = default_db_path()
     public = host not in LOOPBACK
     if public and not token:
         token = secrets.token_urlsafe(24)
@@ -172,7 +206,7 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
     try:
         code = trio.run(partial(run_tree, runners=runners, tuning=tuning, bind=(host, port), token=token,
                                 require_token=bool(token), allow_hosts=allow_hosts),
-                        default_db_path(), make_front)
+                        db_path, make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:  # the address is taken or not ours
@@ -191,6 +225,18 @@ def mock_llm(host: str, port: int) -> None:
         serve_mock(host, port)
     except ListenError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _database_path(uri: str) -> Path:
+    """The file of a `sqlite:///PATH` URI (`sqlite:////abs` or `sqlite:///rel`, as SQLAlchemy reads them)."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix) or len(uri) == len(prefix):
+        scheme = uri.split(":", 1)[0] if ":" in uri else uri
+        raise click.ClickException(f"--database-uri: only sqlite:///PATH is supported, not {scheme!r}: {uri}")
+    path = uri[len(prefix):].split("?", 1)[0]
+    if path == ":memory:":
+        raise click.ClickException("--database-uri: an in-memory store keeps nothing; give a file path")
+    return Path(path).expanduser().absolute()
 
 
 def _check_prompt(prompt: str) -> None:

@@ -229,6 +229,9 @@ def create_app(state: ServerState) -> QuartTrio:
                 raise invalid("'runner_id' must be a string")
             if rid and rid not in state.registry.online:
                 raise invalid(f"runner '{rid}' is not registered")
+            if rid and rid in state.isolated_runners and any(
+                    other != session_id for other in store.conversations_for_runner(rid)):
+                raise ApiError("conflict", f"runner '{rid}' is isolated: it serves one session only")
             store.set_runner(session_id, rid or None)
         fields = {}
         for key in ("title", "model_override"):
@@ -380,14 +383,19 @@ def create_app(state: ServerState) -> QuartTrio:
         """A client registers a new *explicit* runner: an id and the secret bound to it.
 
         Optional `runner_id` / `runner_secret` in the body; what is absent is
-        minted. The secret is returned once and only its hash is kept. Explicit
+        minted. `isolate: true` makes a runner that serves exactly one session:
+        binding a second session to it is refused with 409 (kept in memory only:
+        after a server restart the runner is a plain explicit one). The secret is returned once and only its hash is kept. Explicit
         runners never take part in placement: they serve the sessions a client
         binds to them with `PATCH /v1/sessions/{id} {runner_id}`.
         """
         body = await _json_body()
-        extra = set(body) - {"runner_id", "runner_secret"}
+        extra = set(body) - {"runner_id", "runner_secret", "isolate"}
         if extra:
             raise invalid(f"unknown field {sorted(extra)[0]!r}")
+        isolate = body.get("isolate", False)
+        if not isinstance(isolate, bool):
+            raise invalid("'isolate' must be true or false")
         runner_id = body.get("runner_id") or mint_runner_id()
         secret = body.get("runner_secret") or mint_secret()
         if not isinstance(runner_id, str) or not RUNNER_ID_RE.fullmatch(runner_id):
@@ -397,6 +405,8 @@ def create_app(state: ServerState) -> QuartTrio:
         known = runner_id in state.registry.online or runner_id in state.registry.pids
         if known or not store.add_runner_credential(runner_id, hash_secret(secret), kind="explicit"):
             raise ApiError("conflict", f"runner id '{runner_id}' is already known")
+        if isolate:
+            state.isolated_runners.add(runner_id)
         state.registry.notify_changed()
         return {"runner_id": runner_id, "runner_secret": secret}, 201
 

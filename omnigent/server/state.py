@@ -53,6 +53,8 @@ class ServerState:
     reconnect_probe: float = 1.0   # a second connection for an online id: the old one's chance to answer
     shutting_down: trio.Event = field(default_factory=trio.Event)
     host_events: HostEvents = field(default_factory=HostEvents)
+    # explicit runners registered with `isolate: true`: each may be bound to one session only
+    isolated_runners: set[str] = field(default_factory=set)
 
     def client_token_ok(self, authorization: str | None) -> bool:
         if self.token is None:
