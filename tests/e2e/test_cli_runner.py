@@ -157,3 +157,32 @@ async def test_isolated_runner_accepts_exactly_one_session(server, tmp_path):
         _stop_cli_runner_process(runner.proc, grace_timeout=1.0)
         _stop_cli_runner_process(plain.proc, grace_timeout=1.0)
     assert os.path.exists(runner.log_path)
+
+
+async def test_seed_four_under_trio(server, tmp_path, mock_llm_server_url):
+    """Seed test 4's flow (reasoning effort, an explicit runner, SessionsChat) under trio, not asyncio."""
+    from omnigent.cli import _bundle
+    from omnigent_client import SessionsChat
+    from tests.conftest import configure_mock_llm
+
+    agent = tmp_path / "agent.yaml"
+    agent.write_text("name: trio_effort\nprompt: Be brief.\nexecutor:\n  model: trio-effort-model\n")
+    configure_mock_llm(mock_llm_server_url, [{"text": "TRIO_EFFORT_OK"}], key="trio-effort-model")
+    runner = _start_cli_runner_process(
+        server_url=server, workspace_cwd=tmp_path, capture_logs=True, log_dir=tmp_path / "logs",
+        prewarm_spec_path=agent,
+        extra_env={"OPENAI_BASE_URL": f"{mock_llm_server_url}/v1", "OPENAI_API_KEY": "mock-key"})
+    try:
+        async with OmnigentClient(server) as client:
+            await _await_online(client, runner.runner_id, runner.proc)
+            created = await client.sessions.create(_bundle(agent), reasoning_effort="high")
+            bound = await client.sessions.bind_runner(created.id, runner_id=runner.runner_id)
+            files = client.files.for_session(bound.id)
+            chat = SessionsChat(namespace=client.sessions, files_uploader=files.upload,
+                                files_getter=files.get, session=bound)
+            with trio.fail_after(60):
+                result = await chat.query("respond with the configured marker")
+            assert "TRIO_EFFORT_OK" in result.text
+            assert (await client.sessions.get(created.id)).reasoning_effort == "high"
+    finally:
+        _stop_cli_runner_process(runner.proc, grace_timeout=1.0)
