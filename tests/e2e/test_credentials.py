@@ -15,7 +15,6 @@ server's loopback set, so the public rules (token, Host) apply to it.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -29,6 +28,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 import protocol as p
 from omnigent.agents import bundle_bytes
 from omnigent.client import OmnigentClient
+from tests.support.processes import stop
 from tests.conftest import configure_mock_llm
 from tests.e2e._repl_helpers import agent_env, conversation_ids, new_model, run_args, write_agent
 from tests.e2e.test_run_oneshot import tagged_alive
@@ -46,14 +46,6 @@ def start_server(env: dict[str, str], *args: str) -> tuple[subprocess.Popen, str
     return proc, line.split("listening on ")[1].split()[0]
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def environ_of(pid: int) -> dict[str, str]:

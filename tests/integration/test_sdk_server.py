@@ -28,6 +28,7 @@ from omnigent_client import (
     SessionsChat,
     TextDelta,
 )
+from tests.support.processes import stop
 from tests.conftest import configure_mock_llm
 from tests.support.tcp_proxy import Proxy
 
@@ -46,12 +47,7 @@ def sdk_server(mock_credentials_env, tmp_path_factory) -> Iterator[str]:
         assert "listening on " in line, line
         yield line.split("listening on ")[1].split()[0]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 @pytest.fixture
