@@ -14,7 +14,9 @@ from .frames import (
     Hello,
     HelloAck,
     HostHello,
+    HostHelloAck,
     KillRunner,
+    LaunchResult,
     LaunchRunner,
     Ping,
     Pong,
@@ -32,7 +34,7 @@ from .frames import (
 
 __all__ = [
     "EVENT_TYPES", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "TERMINAL_EVENTS",
-    "Cancel", "Frame", "Hello", "HelloAck", "HostHello", "KillRunner", "LaunchRunner",
+    "Cancel", "Frame", "Hello", "HelloAck", "HostHello", "HostHelloAck", "KillRunner", "LaunchResult", "LaunchRunner",
     "Ping", "Pong", "ProtocolError", "RunnerCredential", "RunnerExited", "RunnerLaunched", "RunnerOnline",
     "TurnCompleted", "TurnEvent", "TurnFailed", "TurnStart",
     "decode", "decode_event", "encode", "make_event",

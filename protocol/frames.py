@@ -120,11 +120,36 @@ class Pong(Frame):
 
 @dataclass(frozen=True)
 class HostHello(Frame):
+    """Host -> server, the first frame on a host link (`/v1/hosts/{host_id}/ws`, bearer = host secret).
+
+    `workspace_roots` are the directories this host's user allowed runners to
+    start in (placement of sessions with a workspace considers them);
+    `runners` are the ids of runner processes still alive on this host, so a
+    host that reconnects (server restart, network blip) re-announces them;
+    `capacity` is how many runners it will run at once (0: no stated bound).
+    """
+
     kind: ClassVar[str] = "host.hello"
     host_id: str
     pid: int
     protocol_version: int
     name: str = ""
+    workspace_roots: list[str] = dataclasses.field(default_factory=list)
+    runners: list[str] = dataclasses.field(default_factory=list)
+    capacity: int = 0
+
+
+@dataclass(frozen=True)
+class HostHelloAck(Frame):
+    """Server -> host: the link is accepted; `generation` is this link's ownership generation.
+
+    The server bumps a host's generation every time it accepts a link for it,
+    so frames about runners from an older link of the same host are known late.
+    """
+
+    kind: ClassVar[str] = "host.hello_ack"
+    ping_interval: float
+    generation: int
 
 
 @dataclass(frozen=True)
@@ -174,8 +199,34 @@ class RunnerOnline(Frame):
 
 @dataclass(frozen=True)
 class LaunchRunner(Frame):
+    """Server -> host: start one runner (for `session_id`, in `workspace`, when given).
+
+    The host answers with a `LaunchResult` carrying the same `request_id`. It
+    decides itself whether `workspace` is allowed (`workspace_not_allowed`
+    otherwise); the session id lets it give that runner the model endpoint
+    and key that the session's own client handed it locally.
+    """
+
     kind: ClassVar[str] = "host.launch_runner"
     request_id: str
+    session_id: str | None = None
+    workspace: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchResult(Frame):
+    """Host -> server: the answer to a `LaunchRunner`; `runner_id` or an error code.
+
+    Sent only after the runner's `RunnerCredential` and `RunnerLaunched`
+    frames (same link, same order), and after the launch line is in the host's
+    log. Error codes: `workspace_not_allowed`, `at_capacity`, `launch_failed`.
+    """
+
+    kind: ClassVar[str] = "host.launch_result"
+    request_id: str
+    runner_id: str | None = None
+    error_code: str | None = None
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -191,7 +242,8 @@ FRAME_TYPES: dict[str, type[Frame]] = {
     cls.kind: cls
     for cls in (
         Hello, HelloAck, TurnStart, TurnEvent, TurnCompleted, TurnFailed, Cancel, Ping, Pong,
-        HostHello, RunnerCredential, RunnerLaunched, RunnerExited, RunnerOnline, LaunchRunner, KillRunner,
+        HostHello, HostHelloAck, RunnerCredential, RunnerLaunched, RunnerExited, RunnerOnline, LaunchRunner,
+        LaunchResult, KillRunner,
     )
 }
 
