@@ -321,10 +321,11 @@ def create_app(state: ServerState) -> QuartTrio:
         async def body():
             # the greeting states the newest number: live-only starts there, so nothing posted after it is missed
             yield _sse({"type": ev.HEARTBEAT, "session_id": session_id, "sequence_number": now})
-            stream = state.hub.follow(session_id, now if after is None else after, heartbeat=HEARTBEAT_EVERY)
+            stream = state.hub.follow_batches(session_id, now if after is None else after,
+                                              heartbeat=HEARTBEAT_EVERY)
             async with aclosing(stream):
-                async for event in stream:
-                    yield _sse(event)
+                async for batch in stream:
+                    yield b"".join(_sse(event) for event in batch)  # one write per burst
             yield b"data: [DONE]\n\n"
 
         return Response(body(), content_type="text/event-stream",

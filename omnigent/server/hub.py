@@ -243,6 +243,19 @@ class EventHub:
         With `heartbeat`, a `session.heartbeat` (no number, never stored) is
         yielded after that many seconds without an event.
         """
+        batches = self.follow_batches(session_id, after, heartbeat=heartbeat)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                for event in batch:
+                    yield event
+
+    async def follow_batches(self, session_id: str, after: int | None = None, *,
+                             heartbeat: float | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+        """`follow`, a list at a time: every event ready when the follower looks.
+
+        A stream route writes each list as one chunk, so a burst of deltas
+        costs one write per watcher, not one per delta.
+        """
         log_ = self._log(session_id)
         self._refresh(session_id, log_)
         cursor = log_.last_seq if after is None else after
@@ -250,15 +263,13 @@ class EventHub:
         if reason is not None:
             resync = self.resync(session_id, cursor, reason)
             cursor = resync["sequence_number"]
-            yield resync
+            yield [resync]
         while not self._closed.is_set():
             changed = log_.changed
-            batch = self._next(session_id, log_, cursor)
+            batch = [e for e in self._next(session_id, log_, cursor) if e["sequence_number"] > cursor]
             if batch:
-                for event in batch:
-                    if event["sequence_number"] > cursor:
-                        cursor = event["sequence_number"]
-                        yield event
+                cursor = batch[-1]["sequence_number"]
+                yield batch
                 continue
             if heartbeat is None:
                 await changed.wait()
@@ -266,7 +277,7 @@ class EventHub:
             with trio.move_on_after(heartbeat) as idle:
                 await changed.wait()
             if idle.cancelled_caught:
-                yield {"type": events.HEARTBEAT, "session_id": session_id}
+                yield [{"type": events.HEARTBEAT, "session_id": session_id}]
 
     def _resync_reason(self, session_id: str, cursor: int, log_: _Log) -> str | None:
         if cursor > log_.last_seq:
