@@ -153,17 +153,18 @@ class TurnService:
             if not loads or self.claims.held_elsewhere(session_id):
                 continue
             conn = _least_loaded(loads)
-            if not self.store.bind_runner(session_id, conn.runner_id, expected=old):
-                continue  # rebound meanwhile (another process holding its claim)
+            with self.hub.transaction(session_id) as tx:  # the binding and its notice at once (events)
+                if not self.store.bind_runner(session_id, conn.runner_id, expected=old):
+                    continue  # rebound meanwhile (another process holding its claim)
+                tx.publish(
+                    ev.RUNNER_REBOUND, old_runner_id=old, new_runner_id=conn.runner_id,
+                    cause=gone.cause if gone else "disconnected",
+                    downtime=round(trio.current_time() - gone.at, 3) if gone else 0.0,
+                    retrying=session_id in self._retrying or self.active_runner(session_id) == old,
+                )
             bound, running, at, _ = loads[conn.runner_id]
             loads[conn.runner_id] = (bound + 1, running, at, conn)
             moved = True
-            self.hub.publish(
-                session_id, ev.RUNNER_REBOUND, old_runner_id=old, new_runner_id=conn.runner_id,
-                cause=gone.cause if gone else "disconnected",
-                downtime=round(trio.current_time() - gone.at, 3) if gone else 0.0,
-                retrying=session_id in self._retrying or self.active_runner(session_id) == old,
-            )
         self._handled.add(old)
         if moved:
             self.registry.notify_changed()  # workers waiting in _runner_for re-read their binding
@@ -267,15 +268,15 @@ class TurnService:
         conv = self.store.get_conversation(session_id) or {}  # gone: run with no spec, fail cleanly
         agent = self.store.get_agent(conv["agent_id"]) if conv.get("agent_id") else None
         spec = dict(agent["spec"]) if agent else {}
-        turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid())
+        with self.hub.transaction(session_id) as tx:  # the attempt and its events commit together (events)
+            turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid())
+            tx.publish(ev.SESSION_STATUS, status="running", turn_id=turn_id)
+            tx.publish(ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"], runner_id=conn.runner_id)
         history = self._history(session_id, turn["input_item_id"])
         model = conv.get("model_override") or spec.get("model") or ""
         frames = conn.open_turn(turn_id)
         self._active[session_id] = (turn_id, conn)
         try:
-            self.hub.publish(session_id, ev.SESSION_STATUS, status="running", turn_id=turn_id)
-            self.hub.publish(session_id, ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"],
-                             runner_id=conn.runner_id)
             try:
                 await conn.send(p.TurnStart(
                     turn_id=turn_id, session_id=session_id, attempt=turn["attempt"], agent=spec,
