@@ -130,3 +130,26 @@ async def test_replay_after_a_server_restart_and_a_dead_process_turn_is_announce
     finally:
         await server.aclose()
         store.close()
+
+
+async def test_a_session_from_the_previous_release_gets_a_resync_over_the_websocket(nursery, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    path = tmp_path / "chat.db"
+    shutil.copy(Path(__file__).parent.parent / "resources" / "stores" / "chat-0.1.0.db", path)
+    store = Store(path)
+    server = await start_server(nursery, store, runner_wait=2.0)
+    try:
+        sid = store.list_conversations(limit=1)[0]["id"]
+        ws_url = "ws" + server.url[4:] + f"/v1/sessions/{sid}/ws?after=0"
+        with trio.fail_after(LIMIT):
+            async with open_websocket_url(ws_url) as ws:
+                greeting = json.loads(await ws.get_message())
+                resync = json.loads(await ws.get_message())
+        assert greeting["type"] == ev.HEARTBEAT and greeting["sequence_number"] == 0
+        assert (resync["type"], resync["reason"], resync["sequence_number"]) == (ev.RESYNC, "before_log", 0)
+        assert resync["items"] == store.list_items(sid) and resync["session"]["id"] == sid
+    finally:
+        await server.aclose()
+        store.close()
