@@ -215,6 +215,19 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
 
 
 @cli.command()
+@click.argument("session_id")
+@click.option("--server", "server_url", metavar="URL",
+              help="The server (default: the one this HOME's host daemon uses, if any).")
+@click.option("--watch", is_flag=True, help="Read-only: follow the session, send nothing.")
+@click.option("--token", help="Bearer token for the server (default: $OMNIGENT_REMOTE_AUTH_TOKEN).")
+def attach(session_id: str, server_url: str | None, watch: bool, token: str | None) -> None:
+    """Follow SESSION_ID live from any terminal: its history, then every turn, from any client."""
+    from .repl.attach import run_attach
+
+    sys.exit(run_attach(session_id, server_url, watch=watch, token=token))
+
+
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=0, type=int, help="0 picks a free port.")
 def mock_llm(host: str, port: int) -> None:

@@ -2,7 +2,8 @@
 
 Names follow the OpenAI Responses streaming events plus `session.*` events of
 our own. Every event is a JSON object with `type` and, once the server has
-logged it, a per-session `sequence_number`. `decode_event` checks the fields a
+logged it, a per-session `sequence_number` (heartbeats have none, except the
+greeting one, which states the session's newest number). `decode_event` checks the fields a
 client relies on, so a client never renders half an event.
 """
 
@@ -26,6 +27,13 @@ ITEM_DONE = "response.output_item.done"
 COMPLETED = "response.completed"
 FAILED = "response.failed"
 CANCELLED = "response.cancelled"
+# turn state not carried by the events above
+TURN_INTERRUPTED = "session.turn.interrupted"  # turn_id, reason (its runner was lost, the server restarted)
+TURN_RETRIED = "session.turn.retried"          # turn_id, attempt (the one about to start)
+# made by the server for one watcher, never stored: its cursor is below what the log keeps
+# (compacted, or before the log existed) or above its newest number. A snapshot of the
+# session as of `sequence_number`: its items and the state of each turn; events follow.
+RESYNC = "session.resync"                      # reason, after, session, items, turns
 
 # type -> fields that must be present (with their types)
 EVENT_TYPES: dict[str, dict[str, type | tuple[type, ...]]] = {
@@ -42,6 +50,9 @@ EVENT_TYPES: dict[str, dict[str, type | tuple[type, ...]]] = {
     COMPLETED: {"turn_id": str, "response": dict},
     FAILED: {"turn_id": str, "error": dict},
     CANCELLED: {"turn_id": str},
+    TURN_INTERRUPTED: {"turn_id": str, "reason": str},
+    TURN_RETRIED: {"turn_id": str, "attempt": int},
+    RESYNC: {"reason": str, "items": list, "turns": list},
 }
 
 TERMINAL_EVENTS = frozenset({COMPLETED, FAILED, CANCELLED})

@@ -27,10 +27,13 @@ from ._events import (
     ResponseCreated,
     ResponseFailed,
     RunnerLost,
+    Resync,
     RunnerRebound,
     SessionStatus,
     StreamReset,
     TextDelta,
+    TurnInterrupted,
+    TurnRetried,
     message_text,
 )
 from ._files import FilesNamespace, SessionFiles
@@ -43,8 +46,9 @@ __all__ = [
     "APIConnectionError", "APIStatusError", "AuthenticationError", "ConflictError", "Event", "File",
     "FilesNamespace", "Heartbeat", "InputConsumed", "InvalidInputError", "ItemDone",
     "NotFoundError", "OmnigentClient", "OmnigentError", "ProtocolError", "QueryResult",
-    "ResponseCancelled", "ResponseCompleted", "ResponseCreated", "ResponseFailed", "RunnerLost",
+    "ResponseCancelled", "ResponseCompleted", "ResponseCreated", "ResponseFailed", "Resync", "RunnerLost",
     "RunnerRebound", "RunnersNamespace", "ServerError", "Session", "SessionFiles",
     "SessionListItem", "SessionStatus", "SessionStream", "SessionsChat", "SessionsNamespace",
-    "StreamReset", "TextDelta", "TurnFailedError", "TurnResult", "message_text",
+    "StreamReset", "TextDelta", "TurnFailedError", "TurnInterrupted", "TurnResult", "TurnRetried",
+    "message_text",
 ]

@@ -2,7 +2,8 @@
 
 Every event is an `Event`: its `type`, the whole JSON payload in `data`, and
 the per-session `sequence_number` the server logged it under (None for
-heartbeats, which are not logged). Known types get a subclass with typed
+heartbeats, which are not logged; the first heartbeat of a connection states
+the session's newest number). Known types get a subclass with typed
 accessors; a type this SDK does not know, or a known one missing its fields,
 comes through as a plain `Event`, never as an error, so an older SDK keeps
 working against a newer server.
@@ -108,14 +109,55 @@ class RunnerRebound(Event):
         return self.data["new_runner_id"]
 
 
-class StreamReset(Event):
-    """Made by the client, not sent by the server: the server's log restarted below our cursor.
+class TurnInterrupted(Event):
+    """A turn attempt ended without an answer (its runner was lost, the server restarted)."""
 
-    A server whose event log does not survive a restart numbers its events
-    from 1 again; the stream notices (the greeting heartbeat is below the last
-    number it yielded), yields this once, and goes on from the new numbers.
-    Events published between the drop and the reconnect may be lost: re-read
-    the session (`sessions.get`, `list_items`) if you keep state.
+    @property
+    def reason(self) -> str:
+        return self.data["reason"]
+
+
+class TurnRetried(Event):
+    """An interrupted turn runs again; `attempt` is the attempt about to start."""
+
+    @property
+    def attempt(self) -> int:
+        return self.data["attempt"]
+
+
+class Resync(Event):
+    """Sent instead of a replay the server's log cannot give whole: a snapshot, then the events after it.
+
+    It comes when the cursor is below what the log keeps (text deltas of old
+    turns are compacted; a session older than the log), or above its newest
+    number (a store that was replaced). `sequence_number` is the snapshot's
+    position; the stream goes on from there. Replace what you kept of the
+    session with `items` and `turns` (each turn's id, status, attempt, error).
+    """
+
+    TYPE = "session.resync"
+
+    @property
+    def reason(self) -> str:
+        return self.data["reason"]
+
+    @property
+    def session(self) -> dict[str, Any] | None:
+        return self.data.get("session")
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        return self.data["items"]
+
+    @property
+    def turns(self) -> list[dict[str, Any]]:
+        return self.data["turns"]
+
+
+class StreamReset(Event):
+    """Kept for old callers: no longer yielded, since the server's log survives restarts.
+
+    A cursor the server cannot serve now gets a `Resync` from the server.
     """
 
     TYPE = "client.stream_reset"
@@ -138,6 +180,9 @@ _KNOWN: dict[str, tuple[type[Event], dict[str, type]]] = {
     "response.completed": (ResponseCompleted, {"response": dict}),
     "response.failed": (ResponseFailed, {"error": dict}),
     "response.cancelled": (ResponseCancelled, {}),
+    "session.turn.interrupted": (TurnInterrupted, {"reason": str}),
+    "session.turn.retried": (TurnRetried, {"attempt": int}),
+    Resync.TYPE: (Resync, {"reason": str, "items": list, "turns": list}),
 }
 
 

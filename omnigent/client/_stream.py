@@ -7,9 +7,11 @@ last event it yielded and, when the connection drops or the server goes away
 backoff from exactly there. Events at or below that number are dropped, so
 across any number of reconnects a caller sees every event once, in order.
 
-If the server's greeting heartbeat on a reconnect carries a number below the
-cursor, its log did not survive a restart: the stream yields one
-`StreamReset` and continues from the server's numbering (see `StreamReset`).
+The server stores its log, so the numbers go on across its restarts and a
+reconnect from the cursor misses nothing. When the server cannot replay
+from the cursor (compacted, older than its log, or above its newest number)
+it sends one `Resync` snapshot instead; the cursor moves to the snapshot's
+number, even when that is lower, and the stream goes on from there.
 
 Heartbeats (`session.heartbeat`, every 15 s from the server) are consumed
 here: they prove the connection alive and reset the backoff, and when the
@@ -36,7 +38,7 @@ import anyio
 import httpx
 
 from ._errors import APIConnectionError, ProtocolError, ServerError, connection_error, error_for_status
-from ._events import Event, Heartbeat, StreamReset, parse_event
+from ._events import Event, Heartbeat, Resync, parse_event
 from ._http import Transport, _json_or_none
 from ._sse import DONE, iter_sse
 
@@ -45,10 +47,6 @@ log = logging.getLogger("omnigent_client.stream")
 BACKOFF_FIRST = 0.1   # seconds before the first reconnect
 BACKOFF_CAP = 5.0     # the longest wait between attempts
 READ_TIMEOUT = 60.0   # silence that counts as a dead connection (the server beats every 15 s)
-
-
-class _ReconnectNow(Exception):
-    """Reopen from the (new) cursor at once."""
 
 
 class SessionStream:
@@ -88,14 +86,10 @@ class SessionStream:
         failures = 0
         while True:
             try:
-                try:
-                    async for event in self._connection():
-                        failures = 0  # the connection works: the next drop starts the backoff over
-                        if self._heartbeats or not isinstance(event, Heartbeat):
-                            yield event
-                except _ReconnectNow:
-                    self.reconnects += 1
-                    continue
+                async for event in self._connection():
+                    failures = 0  # the connection works: the next drop starts the backoff over
+                    if self._heartbeats or not isinstance(event, Heartbeat):
+                        yield event
                 reason: str = "the server ended the stream"
             except (APIConnectionError, ServerError, ProtocolError) as exc:
                 if not self._reconnect:
@@ -131,7 +125,6 @@ class SessionStream:
                     if resp.status_code in (408, 429):
                         raise ServerError(err.message, err.status_code, err.code)
                     raise err
-                greeting = True  # the first heartbeat carries the server's newest sequence number
                 async for sse in iter_sse(resp.aiter_lines()):
                     if sse.data == DONE:
                         return
@@ -143,19 +136,15 @@ class SessionStream:
                         continue
                     event = parse_event(data, event_type=sse.event, event_id=sse.id)
                     if isinstance(event, Heartbeat):
-                        hb = event.sequence_number
-                        if self.cursor is None and hb is not None:
-                            self.cursor = hb
-                        elif greeting and hb is not None and hb < self.cursor:
-                            reset = StreamReset(StreamReset.TYPE, {"type": StreamReset.TYPE, "previous":
-                                                                   self.cursor, "sequence_number": hb}, hb)
-                            self.cursor = hb
-                            yield reset
-                            raise _ReconnectNow  # this connection started at the old cursor
-                        greeting = False
+                        # the greeting carries the server's newest number: live-only resumes from it
+                        if self.cursor is None and event.sequence_number is not None:
+                            self.cursor = event.sequence_number
                         yield event
                         continue
-                    greeting = False
+                    if isinstance(event, Resync):
+                        self.cursor = event.sequence_number  # the snapshot's position, even if lower
+                        yield event
+                        continue
                     seq = event.sequence_number
                     if seq is not None:
                         if self.cursor is not None and seq <= self.cursor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from contextlib import aclosing
 from typing import Any
 
 import trio
@@ -24,6 +25,7 @@ from ..link.runner_secrets import bearer, hash_secret, mint_runner_id, mint_secr
 from ..store.errors import ConflictError, NotFoundError
 from . import bodies, files
 from .errors import ApiError, invalid, not_found
+from .hub import HEARTBEAT_EVERY
 from .runner_link import serve_runner
 from .state import ServerState
 
@@ -264,8 +266,9 @@ def create_app(state: ServerState) -> QuartTrio:
         files.reject_attachments(data.get("content"), store, conv)
         content = _content(data.get("content"))
         # stored now, or once the turn this one waits behind has answered (recovery, issue 7 §10)
-        item, turn = store.queue_message(session_id, {"type": "message", "role": "user", "content": content})
-        state.hub.publish(session_id, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+        with state.hub.transaction(session_id) as tx:  # the message and its event commit together
+            item, turn = store.queue_message(session_id, {"type": "message", "role": "user", "content": content})
+            tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
         state.turns.submit(session_id)
         return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202
 
@@ -304,29 +307,25 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.get("/v1/sessions/<session_id>/stream")
     async def sse(session_id: str):
+        """SSE: a greeting heartbeat, the events after `?after=N` (or `Last-Event-ID`), the live tail.
+
+        Each logged event has an `id: <seq>` line, so a browser's EventSource
+        resumes by itself; heartbeats (every 15 s of silence) have none.
+        """
         _conv(session_id)
         after = _after_arg()
+        if after is None:
+            after = _last_event_id(request.headers.get("Last-Event-ID"))
         now = state.hub.last_seq(session_id)
-        if after is None:  # live only: from the heartbeat's number, so a message posted on it is seen
-            after = now
 
         async def body():
-            yield _sse({"type": ev.HEARTBEAT, "sequence_number": now})
-            send, recv = trio.open_memory_channel[dict[str, Any]](0)
-            async with trio.open_nursery() as n:
-                async def pump():
-                    async with send:
-                        async for event in state.hub.follow(session_id, after):
-                            await send.send(event)
-                n.start_soon(pump)
-                while True:
-                    with trio.move_on_after(15) as idle:
-                        try:
-                            event = await recv.receive()
-                        except trio.EndOfChannel:
-                            break
-                    yield _sse({"type": ev.HEARTBEAT} if idle.cancelled_caught else event)
-                n.cancel_scope.cancel()
+            # the greeting states the newest number: live-only starts there, so nothing posted after it is missed
+            yield _sse({"type": ev.HEARTBEAT, "session_id": session_id, "sequence_number": now})
+            stream = state.hub.follow_batches(session_id, now if after is None else after,
+                                              heartbeat=HEARTBEAT_EVERY)
+            async with aclosing(stream):
+                async for batch in stream:
+                    yield b"".join(_sse(event) for event in batch)  # one write per burst
             yield b"data: [DONE]\n\n"
 
         return Response(body(), content_type="text/event-stream",
@@ -334,6 +333,7 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.websocket("/v1/sessions/<session_id>/ws")
     async def session_ws(session_id: str):
+        """The same stream as JSON text messages; `?after=N` replays. The client sends nothing."""
         try:
             _check_origin(websocket.headers, needs_token=True)
             _conv(session_id)
@@ -344,10 +344,14 @@ def create_app(state: ServerState) -> QuartTrio:
         async with trio.open_nursery() as n:
             n.start_soon(_close_on_shutdown, n)
             n.start_soon(_drain_client)
+            now = state.hub.last_seq(session_id)
             await websocket.send(json.dumps({"type": ev.HEARTBEAT, "session_id": session_id,
-                                             "sequence_number": state.hub.last_seq(session_id)}))
-            async for event in state.hub.follow(session_id, after):
-                await websocket.send(json.dumps(event))
+                                             "sequence_number": now}))
+            stream = state.hub.follow(session_id, now if after is None else after, heartbeat=HEARTBEAT_EVERY)
+            async with aclosing(stream):
+                async for event in stream:
+                    await websocket.send(json.dumps(event))
+            n.cancel_scope.cancel()
 
     async def _drain_client() -> None:
         while True:  # clients send nothing we need; reading notices a close
@@ -521,5 +525,17 @@ def _drain_unread_body(asgi_app):
 
 
 def _sse(event: dict[str, Any]) -> bytes:
-    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+    seq = event.get("sequence_number") if event["type"] != ev.HEARTBEAT else None
+    head = f"id: {seq}\n" if isinstance(seq, int) else ""
+    return f"{head}event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def _last_event_id(raw: str | None) -> int | None:
+    """The SSE reconnect header: a sequence number we sent, or nothing usable (then: live)."""
+    if raw is None:
+        return None
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ApiError("invalid_input", "Last-Event-ID must be an integer sequence number") from None
 

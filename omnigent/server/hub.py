@@ -1,22 +1,69 @@
-"""Per-session ordered event logs that any number of clients can follow.
+"""Per-session ordered event logs that any number of clients can follow and resume.
 
-Each session's events get a sequence number and stay in a bounded in-memory
-log, so a client that (re)connects with `after=N` first gets what it missed
-and then the live tail. Followers read the shared log with their own cursor
-and wait on a per-session trio.Event, so a slow client never blocks the
-server and costs no per-client buffer.
+Every event a session's watchers see is stored (`store/events.py`) under a
+per-session sequence number before anyone sees it, so a client that
+reconnects with `after=N`, even to a restarted server, gets exactly what
+came after N and then the live tail. The store allocates the numbers, so
+they stay unique when several omnigent processes share one file.
+
+What it guarantees:
+- `publish` stores, then wakes followers; `transaction()` puts events into
+  the same store transaction as the state change they report (the caller's
+  writes inside it join it), so a crash never leaves one without the other.
+- Text deltas, the bulk of a turn, are buffered and written in one
+  transaction at most `batch_interval` (20 ms) after the first of them, by
+  `run()`; any other event first writes the buffered deltas, so order is
+  kept. Without `run()` (tests, tools) every delta is written at once.
+- Followers read recent events from a bounded memory log and older ones
+  from the store; they wait on a per-session trio.Event, so a slow client
+  costs no buffer and never blocks the server. A cursor below what is kept
+  (before the log existed, or compacted) or above the newest number gets
+  one `session.resync` with a snapshot instead: never silence, never a hole.
+- A store that fails (a full disk) does not stop the stream: the event is
+  numbered in memory after the newest stored one and logged as an error.
+
+Events of another process sharing the file are seen when a follower next
+reads past a hole in this process's numbers (or on reconnect), not live.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sqlite3
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from protocol import events
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+log = logging.getLogger("omnigent.server.hub")
+
+BATCH_INTERVAL = 0.02   # deltas reach the store (and watchers) at most this late
+HEARTBEAT_EVERY = 15.0  # seconds of silence before a `session.heartbeat`
+DELTA_TURNS = 50        # ended turns whose deltas are kept (OMNIGENT_EVENT_DELTA_TURNS)
+_PAGE = 500             # events per store read while replaying
+
+
+def delta_turns_from_env(environ: dict[str, str] | os._Environ = os.environ) -> int:
+    raw = environ.get("OMNIGENT_EVENT_DELTA_TURNS")
+    if raw is None:
+        return DELTA_TURNS
+    try:
+        value = int(raw)
+        if value < 0:
+            raise ValueError
+    except ValueError:
+        log.warning("OMNIGENT_EVENT_DELTA_TURNS=%r is not a whole number >= 0; using %d", raw, DELTA_TURNS)
+        return DELTA_TURNS
+    return value
 
 
 @dataclass
@@ -26,54 +73,282 @@ class _Log:
     changed: trio.Event = field(default_factory=trio.Event)
 
 
+class Transaction:
+    """Events collected inside `EventHub.transaction()`; numbered and stored at its end."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.events: list[dict[str, Any]] = []
+
+    def publish(self, type_: str, **fields: Any) -> dict[str, Any]:
+        event = events.make_event(type_, **fields)
+        event.setdefault("session_id", self.session_id)
+        self.events.append(event)
+        return event
+
+
 class EventHub:
-    def __init__(self, capacity: int = 10_000) -> None:
+    def __init__(self, store: Store | None = None, capacity: int = 10_000, *,
+                 delta_turns: int | None = None, batch_interval: float = BATCH_INTERVAL) -> None:
+        self.store = store
         self._capacity = capacity
         self._logs: dict[str, _Log] = {}
         self._closed = trio.Event()
+        self.delta_turns = delta_turns_from_env() if delta_turns is None else delta_turns
+        self.batch_interval = batch_interval
+        self._batching = False  # run() is flushing deltas
+        self._pending: list[tuple[str, dict[str, Any]]] = []
+        self._pending_wake = trio.Event()
+
+    # --- the log of one session ------------------------------------------------
 
     def _log(self, session_id: str) -> _Log:
-        log = self._logs.get(session_id)
-        if log is None:
-            log = self._logs[session_id] = _Log(deque(maxlen=self._capacity))
-        return log
+        log_ = self._logs.get(session_id)
+        if log_ is None:
+            log_ = self._logs[session_id] = _Log(deque(maxlen=self._capacity))
+            self._refresh(session_id, log_)
+        return log_
+
+    def _refresh(self, session_id: str, log_: _Log) -> None:
+        if self.store is not None:
+            try:
+                log_.last_seq = max(log_.last_seq, self.store.last_event_seq(session_id))
+            except sqlite3.Error as exc:
+                log.error("cannot read the event log of %s: %s", session_id, exc)
 
     def session_ids(self) -> list[str]:
         """Sessions with a log in this server's life (created, resumed or followed)."""
         return list(self._logs)
 
     def last_seq(self, session_id: str) -> int:
-        return self._log(session_id).last_seq
+        """The newest sequence number of the session, in this process or the store."""
+        log_ = self._log(session_id)
+        self._refresh(session_id, log_)
+        return log_.last_seq
+
+    # --- publishing ------------------------------------------------------------
 
     def publish(self, session_id: str, type_: str, **fields: Any) -> dict[str, Any]:
-        log = self._log(session_id)
-        log.last_seq += 1
+        """Store one event and wake its followers; returns it (numbered once stored)."""
         event = events.make_event(type_, **fields)
-        event["sequence_number"] = log.last_seq
         event.setdefault("session_id", session_id)
-        log.entries.append(event)
-        log.changed.set()
-        log.changed = trio.Event()
+        if type_ == events.TEXT_DELTA and self._batching and self.store is not None:
+            self._pending.append((session_id, event))
+            self._pending_wake.set()
+            return event
+        self.flush()
+        self._store(session_id, [event])
         return event
 
-    def close(self) -> None:
-        """Wake every follower so it can end (server shutdown)."""
-        self._closed.set()
-        for log in self._logs.values():
-            log.changed.set()
+    @contextlib.contextmanager
+    def transaction(self, session_id: str) -> Iterator[Transaction]:
+        """Events that commit with the store writes made inside the block, or not at all.
 
-    async def follow(self, session_id: str, after: int | None = None) -> AsyncIterator[dict[str, Any]]:
-        """Events with sequence_number > after, then live ones; None = live only."""
-        log = self._log(session_id)
-        cursor = log.last_seq if after is None else after
+        ```
+        with hub.transaction(sid) as tx:
+            store.finish_turn(turn_id, "completed")   # joins the transaction
+            tx.publish(ev.COMPLETED, turn_id=turn_id, response=response)
+        ```
+        Nothing inside may await: another task's write would join it. If
+        the block raises, nothing is stored and nothing is published.
+        """
+        self.flush()
+        tx = Transaction(session_id)
+        if self.store is None:
+            yield tx
+            self._deliver(session_id, tx.events)
+            return
+        log_ = self._log(session_id)
+        with self.store.event_transaction():
+            yield tx
+            if tx.events:
+                self.store.append_events(session_id, tx.events, at_least=log_.last_seq,
+                                         keep_turns=self.delta_turns)
+        self._deliver(session_id, tx.events)
+
+    def flush(self) -> None:
+        """Write the buffered deltas (one transaction for all sessions), then publish them."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self._pending_wake = trio.Event()
+        by_session: dict[str, list[dict[str, Any]]] = {}
+        for session_id, event in pending:
+            by_session.setdefault(session_id, []).append(event)
+        try:
+            with self.store.event_transaction():  # type: ignore[union-attr]
+                for session_id, batch in by_session.items():
+                    self.store.append_events(session_id, batch,  # type: ignore[union-attr]
+                                             at_least=self._log(session_id).last_seq)
+        except sqlite3.Error as exc:
+            log.error("cannot store %d text deltas: %s", len(pending), exc)
+            for batch in by_session.values():
+                for event in batch:
+                    event.pop("sequence_number", None)
+        for session_id, batch in by_session.items():
+            self._deliver(session_id, batch)
+
+    def _store(self, session_id: str, batch: list[dict[str, Any]]) -> None:
+        if self.store is not None:
+            log_ = self._log(session_id)
+            try:
+                with self.store.event_transaction():
+                    self.store.append_events(session_id, batch, at_least=log_.last_seq,
+                                             keep_turns=self.delta_turns)
+            except sqlite3.Error as exc:  # watchers still hear it; it is not replayable
+                log.error("cannot store event %s of %s: %s", batch[0]["type"], session_id, exc)
+                for event in batch:
+                    event.pop("sequence_number", None)
+        self._deliver(session_id, batch)
+
+    def _deliver(self, session_id: str, batch: list[dict[str, Any]]) -> None:
+        if not batch:
+            return
+        log_ = self._log(session_id)
+        for event in batch:
+            if "sequence_number" not in event:  # no store, or it failed: numbered here
+                event["sequence_number"] = log_.last_seq + 1
+            log_.last_seq = max(log_.last_seq, event["sequence_number"])
+            log_.entries.append(event)
+        log_.changed.set()
+        log_.changed = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Batch text deltas for as long as it runs (the server's nursery runs it)."""
+        self._batching = True
+        task_status.started()
+        try:
+            while True:
+                await self._pending_wake.wait()
+                await trio.sleep(self.batch_interval)
+                self.flush()
+        finally:
+            self._batching = False
+            self.flush()
+
+    def close(self) -> None:
+        """Write what is buffered and wake every follower so it can end (server shutdown)."""
+        self.flush()
+        self._closed.set()
+        for log_ in self._logs.values():
+            log_.changed.set()
+
+    # --- following -------------------------------------------------------------
+
+    async def follow(self, session_id: str, after: int | None = None, *,
+                     heartbeat: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Events with sequence_number > after, then live ones; None = live only.
+
+        A cursor the log cannot serve whole gets one `session.resync` first.
+        With `heartbeat`, a `session.heartbeat` (no number, never stored) is
+        yielded after that many seconds without an event.
+        """
+        batches = self.follow_batches(session_id, after, heartbeat=heartbeat)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                for event in batch:
+                    yield event
+
+    async def follow_batches(self, session_id: str, after: int | None = None, *,
+                             heartbeat: float | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+        """`follow`, a list at a time: every event ready when the follower looks.
+
+        A stream route writes each list as one chunk, so a burst of deltas
+        costs one write per watcher, not one per delta.
+        """
+        log_ = self._log(session_id)
+        self._refresh(session_id, log_)
+        cursor = log_.last_seq if after is None else after
+        reason = self._resync_reason(session_id, cursor, log_)
+        if reason is not None:
+            resync = self.resync(session_id, cursor, reason)
+            cursor = resync["sequence_number"]
+            yield [resync]
         while not self._closed.is_set():
-            changed = log.changed
-            while cursor < log.last_seq:
-                # sequence numbers are contiguous: index straight to the next one
-                # (cheap near the live tail; evicted ones are skipped)
-                first = log.last_seq - len(log.entries) + 1
-                cursor = max(cursor, first - 1)
-                event = log.entries[cursor - first + 1]
-                cursor = event["sequence_number"]
-                yield event
-            await changed.wait()
+            changed = log_.changed
+            batch = [e for e in self._next(session_id, log_, cursor) if e["sequence_number"] > cursor]
+            if batch:
+                cursor = batch[-1]["sequence_number"]
+                yield batch
+                continue
+            if heartbeat is None:
+                await changed.wait()
+                continue
+            with trio.move_on_after(heartbeat) as idle:
+                await changed.wait()
+            if idle.cancelled_caught:
+                yield [{"type": events.HEARTBEAT, "session_id": session_id}]
+
+    def _resync_reason(self, session_id: str, cursor: int, log_: _Log) -> str | None:
+        if cursor > log_.last_seq:
+            return "ahead"  # a cursor from another store, or one that was reset
+        if self.store is None:
+            return None
+        try:
+            floor = self.store.event_floor(session_id)
+        except sqlite3.Error:
+            return None
+        if cursor < floor:
+            return "before_log" if floor == 1 and cursor == 0 else "compacted"
+        return None
+
+    def resync(self, session_id: str, cursor: int, reason: str) -> dict[str, Any]:
+        """The snapshot event for a watcher whose cursor the log cannot serve."""
+        snap: dict[str, Any] = {"sequence_number": self._log(session_id).last_seq,
+                                "session": None, "items": [], "turns": []}
+        if self.store is not None:
+            try:
+                snap = self.store.event_snapshot(session_id)
+            except sqlite3.Error as exc:
+                log.error("cannot read a snapshot of %s: %s", session_id, exc)
+        event = events.make_event(events.RESYNC, reason=reason, after=cursor, session=snap["session"],
+                                  items=snap["items"], turns=snap["turns"])
+        event["session_id"] = session_id
+        event["sequence_number"] = max(snap["sequence_number"], 0)
+        return event
+
+    def _next(self, session_id: str, log_: _Log, cursor: int) -> list[dict[str, Any]]:
+        """The next events after `cursor`: from memory when it holds them, else from the store."""
+        if cursor >= log_.last_seq:
+            return []
+        entries = log_.entries
+        index = _index_after(entries, cursor)
+        if index is not None and entries[index]["sequence_number"] == cursor + 1:
+            run = []
+            expected = cursor + 1
+            for n in range(index, min(len(entries), index + _PAGE)):
+                event = entries[n]
+                if event["sequence_number"] != expected:
+                    break  # a hole: another process's events, read from the store next
+                run.append(event)
+                expected += 1
+            return run
+        if self.store is not None:
+            before = entries[index]["sequence_number"] if index is not None else None
+            try:
+                stored = self.store.read_events(session_id, cursor, before=before, limit=_PAGE)
+            except sqlite3.Error as exc:
+                log.error("cannot read the event log of %s: %s", session_id, exc)
+                stored = []
+            if stored:
+                return stored
+        if index is not None:
+            return [entries[index]]  # the hole is not stored anywhere (a failed write)
+        return []
+
+
+def _index_after(entries: deque[dict[str, Any]], cursor: int) -> int | None:
+    """Index of the first entry numbered above `cursor` (numbers increase), or None."""
+    if not entries or entries[-1]["sequence_number"] <= cursor:
+        return None
+    guess = cursor + 1 - entries[0]["sequence_number"]  # exact when the numbers are contiguous
+    if 0 <= guess < len(entries) and entries[guess]["sequence_number"] == cursor + 1:
+        return guess
+    lo, hi = 0, len(entries) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if entries[mid]["sequence_number"] <= cursor:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -76,13 +76,15 @@ async def run_server(
     url = url_of(sock)
     done = trio.Event()
     # turns left running by a process that is gone can never finish: say so
-    store.interrupt_orphaned_turns(_pid_alive)
+    orphaned = store.interrupt_orphaned_turns(_pid_alive)
     store.prune_runner_credentials(older_than=CREDENTIALS_KEPT)
     bind_host, port = sock.getsockname()[:2]
     guard = Guard(port=port, bind_host=bind_host, allow_hosts=frozenset(h.lower() for h in allow_hosts))
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
-            hub = EventHub()
+            hub = EventHub(store)
+            await nursery.start(hub.run)  # batches text deltas into the stored log
+            _announce_interrupted(hub, orphaned)
             registry = RunnerRegistry()
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
                                 max_losses=max_losses, max_attempts=max_attempts)
@@ -109,6 +111,15 @@ async def run_server(
 
             await nursery.start(_serve)
             task_status.started(ServerHandle(url, state, done, scope))
+
+
+def _announce_interrupted(hub: EventHub, turns: list[dict]) -> None:
+    """Watchers of a turn left by a process that is gone hear that it ended (not "running" forever)."""
+    for turn in turns:
+        reason = "the process running it is gone (a restart or a crash)"
+        with hub.transaction(turn["conversation_id"]) as tx:
+            tx.publish(ev.TURN_INTERRUPTED, turn_id=turn["id"], reason=reason, attempt=turn["attempt"])
+            tx.publish(ev.SESSION_STATUS, status="idle")
 
 
 async def _consume_host(state: ServerState, link: LinkEnd) -> None:

@@ -153,17 +153,18 @@ class TurnService:
             if not loads or self.claims.held_elsewhere(session_id):
                 continue
             conn = _least_loaded(loads)
-            if not self.store.bind_runner(session_id, conn.runner_id, expected=old):
-                continue  # rebound meanwhile (another process holding its claim)
+            with self.hub.transaction(session_id) as tx:  # the binding and its notice at once (events)
+                if not self.store.bind_runner(session_id, conn.runner_id, expected=old):
+                    continue  # rebound meanwhile (another process holding its claim)
+                tx.publish(
+                    ev.RUNNER_REBOUND, old_runner_id=old, new_runner_id=conn.runner_id,
+                    cause=gone.cause if gone else "disconnected",
+                    downtime=round(trio.current_time() - gone.at, 3) if gone else 0.0,
+                    retrying=session_id in self._retrying or self.active_runner(session_id) == old,
+                )
             bound, running, at, _ = loads[conn.runner_id]
             loads[conn.runner_id] = (bound + 1, running, at, conn)
             moved = True
-            self.hub.publish(
-                session_id, ev.RUNNER_REBOUND, old_runner_id=old, new_runner_id=conn.runner_id,
-                cause=gone.cause if gone else "disconnected",
-                downtime=round(trio.current_time() - gone.at, 3) if gone else 0.0,
-                retrying=session_id in self._retrying or self.active_runner(session_id) == old,
-            )
         self._handled.add(old)
         if moved:
             self.registry.notify_changed()  # workers waiting in _runner_for re-read their binding
@@ -221,10 +222,16 @@ class TurnService:
             if outcome != "lost":
                 return
             losses.append(trio.current_time())
-            self.store.finish_turn(turn_id, "interrupted", error=f"runner {conn.runner_id} was lost")
+            reason = f"runner {conn.runner_id} was lost"
+            with self.hub.transaction(session_id) as tx:  # the watchers' turn state (events)
+                ended = self.store.finish_turn(turn_id, "interrupted", error=reason)
+                tx.publish(ev.TURN_INTERRUPTED, turn_id=turn_id, reason=reason,
+                           attempt=ended["attempt"] if ended else None)
             if len(losses) >= self.max_losses:
                 break
             self._retrying.add(session_id)
+            if ended:
+                self.hub.publish(session_id, ev.TURN_RETRIED, turn_id=turn_id, attempt=ended["attempt"] + 1)
         self._retrying.discard(session_id)
         self._fail(session_id, turn_id, "runner_lost",
                    f"the runner was lost {len(losses)} times while running this turn; "
@@ -241,9 +248,10 @@ class TurnService:
         return not scope.cancelled_caught
 
     def _cancelled(self, session_id: str, turn_id: str) -> None:
-        self.store.finish_turn(turn_id, "cancelled", error="cancelled")
-        self.hub.publish(session_id, ev.CANCELLED, turn_id=turn_id)
-        self.hub.publish(session_id, ev.SESSION_STATUS, status="idle")
+        with self.hub.transaction(session_id) as tx:  # stored with its events (events)
+            self.store.finish_turn(turn_id, "cancelled", error="cancelled")
+            tx.publish(ev.CANCELLED, turn_id=turn_id)
+            tx.publish(ev.SESSION_STATUS, status="idle")
 
     async def _pace(self, losses: list[float]) -> None:
         """Hold a re-dispatch while this turn lost `loss_budget` runners in the last `loss_window` s."""
@@ -260,15 +268,15 @@ class TurnService:
         conv = self.store.get_conversation(session_id) or {}  # gone: run with no spec, fail cleanly
         agent = self.store.get_agent(conv["agent_id"]) if conv.get("agent_id") else None
         spec = dict(agent["spec"]) if agent else {}
-        turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid())
+        with self.hub.transaction(session_id) as tx:  # the attempt and its events commit together (events)
+            turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid())
+            tx.publish(ev.SESSION_STATUS, status="running", turn_id=turn_id)
+            tx.publish(ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"], runner_id=conn.runner_id)
         history = self._history(session_id, turn["input_item_id"])
         model = conv.get("model_override") or spec.get("model") or ""
         frames = conn.open_turn(turn_id)
         self._active[session_id] = (turn_id, conn)
         try:
-            self.hub.publish(session_id, ev.SESSION_STATUS, status="running", turn_id=turn_id)
-            self.hub.publish(session_id, ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"],
-                             runner_id=conn.runner_id)
             try:
                 await conn.send(p.TurnStart(
                     turn_id=turn_id, session_id=session_id, attempt=turn["attempt"], agent=spec,
@@ -285,9 +293,7 @@ class TurnService:
                     return "completed"
                 elif isinstance(frame, p.TurnFailed):
                     if frame.code == "cancelled":
-                        self.store.finish_turn(turn_id, "cancelled", error="cancelled")
-                        self.hub.publish(session_id, ev.CANCELLED, turn_id=turn_id)
-                        self.hub.publish(session_id, ev.SESSION_STATUS, status="idle")
+                        self._cancelled(session_id, turn_id)
                     else:
                         if frame.output:  # a partial answer (stream dropped): kept, marked incomplete
                             self.store.append_turn_output(session_id, turn_id, frame.output, None)
@@ -335,19 +341,24 @@ class TurnService:
         self.hub.publish(session_id, event["type"], **fields)
 
     def _complete(self, session_id: str, turn_id: str, frame: p.TurnCompleted) -> None:
-        self.store.append_turn_output(session_id, turn_id, frame.output, frame.response_id)
-        self.store.finish_turn(turn_id, "completed")
         response = {"id": frame.response_id, "object": "response", "status": "completed",
                     "output": frame.output, "usage": frame.usage}
-        self.hub.publish(session_id, ev.COMPLETED, turn_id=turn_id, response=response)
-        self.hub.publish(session_id, ev.SESSION_STATUS, status="idle")
+        with self.hub.transaction(session_id) as tx:  # answer, end and events at once (events)
+            self.store.append_turn_output(session_id, turn_id, frame.output, frame.response_id)
+            self.store.finish_turn(turn_id, "completed")
+            tx.publish(ev.COMPLETED, turn_id=turn_id, response=response)
+            tx.publish(ev.SESSION_STATUS, status="idle")
 
     def _fail(self, session_id: str, turn_id: str, code: str, message: str) -> None:
+        error = {"code": code, "message": message}
         try:
-            self.store.finish_turn(turn_id, "failed", error=message)
+            with self.hub.transaction(session_id) as tx:  # stored with its events (events)
+                self.store.finish_turn(turn_id, "failed", error=message)
+                tx.publish(ev.FAILED, turn_id=turn_id, error=error)
+                tx.publish(ev.SESSION_STATUS, status="failed", error=error)
+            return
         except sqlite3.Error as exc:  # watchers still hear why; the next start marks it interrupted
             log.error("turn %s failed (%s) and that could not be stored: %s", turn_id, message, exc)
-        error = {"code": code, "message": message}
         self.hub.publish(session_id, ev.FAILED, turn_id=turn_id, error=error)
         self.hub.publish(session_id, ev.SESSION_STATUS, status="failed", error=error)
 

@@ -176,6 +176,31 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        "0005_session_events",
+        """
+        -- every event a session's watchers see, numbered per session (server/hub.py)
+        CREATE TABLE session_events (
+            conversation_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            turn_id TEXT,
+            PRIMARY KEY (conversation_id, seq)
+        );
+        -- compaction drops the text deltas of old turns by turn
+        CREATE INDEX idx_session_events_turn ON session_events (conversation_id, turn_id)
+            WHERE turn_id IS NOT NULL;
+        -- the lowest cursor the log can still serve in full; below it a watcher gets a resync.
+        -- Sessions older than the log have history it never saw: their floor is 1.
+        CREATE TABLE session_event_floors (
+            conversation_id TEXT PRIMARY KEY,
+            floor INTEGER NOT NULL
+        );
+        INSERT INTO session_event_floors (conversation_id, floor) SELECT id, 1 FROM conversations;
+        """,
+    ),
 )
 
 

@@ -31,6 +31,7 @@ from .agents import AgentsMixin
 from .claims import ClaimsMixin
 from .conversations import ConversationsMixin
 from .db import open_database
+from .events import EventsMixin
 from .errors import ConflictError, NotFoundError, StoreError
 from .files import FilesMixin
 from .items import ItemsMixin
@@ -39,6 +40,7 @@ from .turns import TurnsMixin
 
 
 class Store(
+    EventsMixin,  # first: its _write lets writes join an event transaction
     AgentsMixin,
     ConversationsMixin,
     ItemsMixin,

@@ -191,9 +191,8 @@ def _stop_server(proc: subprocess.Popen) -> None:
 async def test_stream_survives_a_server_restart(mock_credentials_env, mock_llm_server_url, bundle, tmp_path):
     """A watcher's stream outlives the server: it reconnects and sees the next turn, nothing twice.
 
-    With today's in-memory event log the server numbers from 1 again, which the
-    stream reports once as `StreamReset`; with a persistent log the numbers
-    simply go on. Either way: no duplicate, and the turn after the restart is seen.
+    The log is stored, so the numbers simply go on (no `StreamReset`): no
+    duplicate, and the turn after the restart is seen.
     """
     import socket
 
@@ -215,16 +214,21 @@ async def test_stream_survives_a_server_restart(mock_credentials_env, mock_llm_s
                 assert (await chat.query("one")).text == "BEFORE_RESTART"
             after = (await client.sessions.get(session.id)).last_sequence_number
             seen = []
-            stream = client.sessions.stream(session.id, after=after)
+            stream = client.sessions.stream(session.id, after=after, heartbeats=True)
+            subscribed = anyio.Event()
             async with anyio.create_task_group() as tg:
                 async def watch() -> None:
                     async with stream:
                         async for event in stream:
+                            if event.type == "session.heartbeat":
+                                subscribed.set()
+                                continue
                             seen.append(event)
                             if event.type == "response.completed":
                                 return
                 tg.start_soon(watch)
-                await anyio.sleep(0)  # let it subscribe (nothing would be missed anyway: after=N)
+                with anyio.fail_after(30):
+                    await subscribed.wait()  # connected, so the restart drops a live connection
                 _stop_server(proc)
                 proc = _start_server(env, port)
                 with anyio.fail_after(60):

@@ -56,8 +56,12 @@ def brief(event: dict[str, Any]) -> tuple:
     return (t,)
 
 
+# the turn-state events (interrupted, retried) are asserted in test_events_turn_state.py
+_NOT_IN_TIMELINE = frozenset({ev.TURN_INTERRUPTED, ev.TURN_RETRIED})
+
+
 def timeline(seen: list[Seen]) -> list[tuple]:
-    return [(s.time, *brief(s.event)) for s in seen]
+    return [(s.time, *brief(s.event)) for s in seen if s.event["type"] not in _NOT_IN_TIMELINE]
 
 
 def texts(items: list[dict[str, Any]]) -> list[tuple[str, str]]:

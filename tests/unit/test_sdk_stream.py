@@ -16,6 +16,7 @@ import pytest
 
 from omnigent_client import (
     AuthenticationError,
+    Resync,
     StreamReset,
     ConflictError,
     APIConnectionError,
@@ -136,13 +137,23 @@ def test_stream_from_a_sequence_number_and_heartbeats_on_request(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_server_that_lost_its_log_is_reported_once_then_followed(backend):
-    """After 1..6 the server restarts numbering from 1: one StreamReset, then its events from 2."""
+def test_a_cursor_the_server_cannot_serve_gets_one_resync_then_the_events_after_it(backend):
+    """After 1..6 the server's log is another one (newest 1): it sends a Resync at 1, then 2..4."""
     fresh = {seq: {**delta(seq), "delta": f"new{seq}"} for seq in range(1, 5)}
+
+    async def resync(req: Request, conn: Conn) -> None:
+        await conn.event({"type": "session.resync", "sequence_number": 1, "session_id": "conv_1",
+                          "reason": "ahead", "after": 6, "session": {"id": "conv_1"},
+                          "items": [{"type": "message", "role": "user", "content": "hi"}],
+                          "turns": [{"id": "turn_1", "status": "completed", "attempt": 1}]}, with_id=True)
+
+    async def tail(req: Request, conn: Conn) -> None:
+        for seq in range(2, 5):
+            await conn.event(fresh[seq])
+
     fake = FakeServer(0, [
-        replay(1, 6),                                    # then the connection ends
-        replay(2, 3, log=fresh, newest=1),               # greets with 1 < 6; what follows is ignored
-        then(replay(2, 4, log=fresh, newest=1), hold),   # after=1: the client resumes from there
+        replay(1, 6),                                               # then the connection ends
+        then(replay(1, 0, newest=1), resync, tail, hold),           # greets with 1 < 6
     ])
 
     async def main() -> None:
@@ -156,10 +167,12 @@ def test_a_server_that_lost_its_log_is_reported_once_then_followed(backend):
                         if getattr(event, "delta", None) == "new4":
                             break
             tg.cancel_scope.cancel()
-        reset = [e for e in seen if isinstance(e, StreamReset)]
-        assert len(reset) == 1 and (reset[0].previous, reset[0].sequence_number) == (6, 1)
-        assert [e.data.get("delta") for e in seen[seen.index(reset[0]) + 1:]] == ["new2", "new3", "new4"]
-        assert [r.query.get("after") for r in fake.requests] == [None, "6", "1"]
+        resyncs = [e for e in seen if isinstance(e, Resync)]
+        assert len(resyncs) == 1 and resyncs[0].sequence_number == 1 and resyncs[0].reason == "ahead"
+        assert resyncs[0].turns[0]["status"] == "completed" and len(resyncs[0].items) == 1
+        assert not any(isinstance(e, StreamReset) for e in seen)
+        assert [e.data.get("delta") for e in seen[seen.index(resyncs[0]) + 1:]] == ["new2", "new3", "new4"]
+        assert [r.query.get("after") for r in fake.requests] == [None, "6"]
 
     run_on(backend, main)
 

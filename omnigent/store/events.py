@@ -1,0 +1,185 @@
+"""The `session_events` table: every event a session's watchers see, numbered per session.
+
+Guarantees:
+- Sequence numbers are allocated here, inside a `BEGIN IMMEDIATE`, as
+  one more than the highest the file holds for that session: they are
+  unique and increasing per session across restarts and across every
+  process that shares the file (`store/claims.py`), never only in memory.
+- An event can be part of the transaction of the state change it reports:
+  inside `event_transaction()` the other store methods' writes join the
+  same transaction (as savepoints), so `hub.transaction()` commits the
+  change and its event together or neither.
+- Compaction removes only text deltas, only of ended turns with at least
+  `keep_turns` newer turns, and raises the session's *floor* past them: a
+  cursor below the floor is answered with a snapshot (`event_snapshot`),
+  never with a log that has holes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+from ._base import Tables
+from .db import write_transaction
+
+DELTA = "response.output_text.delta"
+# events that end a turn: the moment to compact older turns' deltas
+_TURN_ENDS = ("response.completed", "response.failed", "response.cancelled")
+
+
+class EventsMixin(Tables):
+    _event_tx: bool = False  # inside event_transaction(): other writes join it
+
+    # --- transactions ----------------------------------------------------------
+
+    def _write(self) -> contextlib.AbstractContextManager[None]:
+        if self._event_tx:
+            return _savepoint(self.conn)
+        return write_transaction(self.conn)
+
+    @contextlib.contextmanager
+    def event_transaction(self) -> Iterator[None]:
+        """One `BEGIN IMMEDIATE` that every store write inside it joins (nested: a savepoint)."""
+        if self._event_tx:
+            with _savepoint(self.conn):
+                yield
+            return
+        with write_transaction(self.conn):
+            self._event_tx = True
+            try:
+                yield
+            finally:
+                self._event_tx = False
+
+    # --- writing ---------------------------------------------------------------
+
+    def append_events(self, conv_id: str, events: list[dict[str, Any]], *, at_least: int = 0,
+                      keep_turns: int | None = None) -> list[dict[str, Any]]:
+        """Number and store `events` (dicts, updated in place with `sequence_number`).
+
+        Must run inside `event_transaction()` (or opens its own). `at_least`
+        is the caller's last known number (an event kept only in memory when
+        the disk failed must not be numbered twice). An event that ends a
+        turn compacts older turns' deltas when `keep_turns` is given.
+        """
+        if not self._event_tx:
+            with self.event_transaction():
+                return self.append_events(conv_id, events, at_least=at_least, keep_turns=keep_turns)
+        seq = max(self._last_seq_locked(conv_id), at_least)
+        now = self._clock()
+        rows = []
+        for event in events:
+            seq += 1
+            event["sequence_number"] = seq
+            turn_id = event.get("turn_id")
+            rows.append((conv_id, seq, event["type"], json.dumps(event), now,
+                         turn_id if isinstance(turn_id, str) else None))
+        self.conn.executemany(
+            "INSERT INTO session_events (conversation_id, seq, type, data, created_at, turn_id) "
+            "VALUES (?, ?, ?, ?, ?, ?)", rows)
+        if keep_turns is not None and any(e["type"] in _TURN_ENDS for e in events):
+            self._compact_locked(conv_id, keep_turns)
+        return events
+
+    def compact_events(self, conv_id: str, keep_turns: int) -> int:
+        """Drop the deltas of ended turns with `keep_turns` newer turns; returns how many went."""
+        with self.event_transaction():
+            return self._compact_locked(conv_id, keep_turns)
+
+    def _compact_locked(self, conv_id: str, keep_turns: int) -> int:
+        old = [r[0] for r in self.conn.execute(
+            """SELECT id FROM turns WHERE conversation_id = ? AND status IN ('completed', 'failed', 'cancelled')
+                 AND id NOT IN (SELECT id FROM turns WHERE conversation_id = ?
+                                ORDER BY created_at DESC, rowid DESC LIMIT ?)""",
+            [conv_id, conv_id, max(0, keep_turns)])]
+        if not old:
+            return 0
+        marks = ", ".join("?" * len(old))
+        where = f"conversation_id = ? AND type = ? AND turn_id IN ({marks})"
+        params = [conv_id, DELTA, *old]
+        top = self._scalar(f"SELECT MAX(seq) FROM session_events WHERE {where}", params)
+        if top is None:
+            return 0
+        gone = self.conn.execute(f"DELETE FROM session_events WHERE {where}", params).rowcount
+        self.conn.execute(
+            """INSERT INTO session_event_floors (conversation_id, floor) VALUES (?, ?)
+               ON CONFLICT (conversation_id) DO UPDATE SET floor = MAX(floor, excluded.floor)""",
+            [conv_id, top])
+        return gone
+
+    # --- reading ---------------------------------------------------------------
+
+    def _last_seq_locked(self, conv_id: str) -> int:
+        return self._scalar("SELECT MAX(seq) FROM session_events WHERE conversation_id = ?", [conv_id]) or 0
+
+    def last_event_seq(self, conv_id: str) -> int:
+        """The newest sequence number of the session (0 before its first event)."""
+        return self._last_seq_locked(conv_id)
+
+    def event_floor(self, conv_id: str) -> int:
+        """The lowest cursor whose every later event is still stored (0: all of them)."""
+        return self._scalar("SELECT floor FROM session_event_floors WHERE conversation_id = ?", [conv_id]) or 0
+
+    def read_events(self, conv_id: str, after: int, *, before: int | None = None,
+                    limit: int = 500) -> list[dict[str, Any]]:
+        """Stored events with after < seq (< before), oldest first, at most `limit`."""
+        sql = "SELECT data, seq FROM session_events WHERE conversation_id = ? AND seq > ?"
+        params: list[Any] = [conv_id, after]
+        if before is not None:
+            sql += " AND seq < ?"
+            params.append(before)
+        rows = self.conn.execute(sql + " ORDER BY seq LIMIT ?", [*params, limit]).fetchall()
+        out = []
+        for data, seq in rows:
+            event = json.loads(data)
+            event["sequence_number"] = seq  # the column is authoritative
+            out.append(event)
+        return out
+
+    def event_snapshot(self, conv_id: str) -> dict[str, Any]:
+        """The session as of one sequence number, read in one transaction (for `resync`).
+
+        `sequence_number` is the newest event the snapshot includes: a watcher
+        that applies it goes on with the events after that number.
+        """
+        with self._read():
+            seq = self._last_seq_locked(conv_id)
+            conv = self.get_conversation(conv_id)  # type: ignore[attr-defined]
+            items = self.list_items(conv_id) if conv else []  # type: ignore[attr-defined]
+            turns = [_turn_state(t) for t in self.list_turns(conv_id)] if conv else []  # type: ignore[attr-defined]
+        return {"sequence_number": seq, "session": conv, "items": items, "turns": turns}
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[None]:
+        # a deferred transaction: one WAL snapshot for several queries (none inside a write)
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+
+
+def _turn_state(turn: dict) -> dict[str, Any]:
+    keep = ("id", "status", "attempt", "error", "runner_id", "created_at", "started_at", "ended_at")
+    return {k: turn.get(k) for k in keep}
+
+
+@contextlib.contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("SAVEPOINT omnigent_nested")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK TO omnigent_nested")
+        conn.execute("RELEASE omnigent_nested")
+        raise
+    conn.execute("RELEASE omnigent_nested")
+

@@ -1,0 +1,223 @@
+"""The stored event log behind the hub: numbering across processes and restarts, batching,
+atomic events, compaction, resync and heartbeats (virtual time where time matters)."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from protocol import events as ev
+from omnigent.server.hub import EventHub
+from omnigent.store import Store
+
+OLD_STORE = Path(__file__).parent.parent / "resources" / "stores" / "chat-0.1.0.db"
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "chat.db") as s:
+        yield s
+
+
+def new_session(store: Store) -> str:
+    return store.create_conversation(agent_id=None)["id"]
+
+
+async def collect(hub: EventHub, sid: str, after: int | None, into: list, **kw) -> None:
+    async for event in hub.follow(sid, after, **kw):
+        into.append(event)
+
+
+def seqs(events: list[dict]) -> list[int]:
+    return [e["sequence_number"] for e in events]
+
+
+async def test_numbers_are_unique_across_two_stores_on_one_file_and_survive_a_restart(tmp_path):
+    path = tmp_path / "chat.db"
+    with Store(path) as a, Store(path) as b:
+        sid = new_session(a)
+        hub_a, hub_b = EventHub(a), EventHub(b)
+        seen: list[dict] = []
+        async with trio.open_nursery() as n:
+            n.start_soon(collect, hub_a, sid, 0, seen)
+            for i in range(6):  # two processes publishing to one session in turn
+                (hub_a if i % 2 == 0 else hub_b).publish(sid, ev.SESSION_STATUS, status=f"s{i}")
+                await trio.testing.wait_all_tasks_blocked()
+            hub_a.close()
+        stored = a.read_events(sid, 0)
+        assert seqs(stored) == [1, 2, 3, 4, 5, 6]
+        assert [e["status"] for e in stored] == [f"s{i}" for i in range(6)]
+        # A's follower read B's events from the store when it met the holes in its own numbers
+        assert seqs(seen) == [1, 2, 3, 4, 5] and [e["status"] for e in seen] == [f"s{i}" for i in range(5)]
+    with Store(path) as again:  # a restarted server goes on numbering, and replays
+        hub = EventHub(again)
+        assert hub.last_seq(sid) == 6
+        assert hub.publish(sid, ev.SESSION_STATUS, status="after")["sequence_number"] == 7
+        replay: list[dict] = []
+        async with trio.open_nursery() as n:
+            n.start_soon(collect, hub, sid, 4, replay)
+            await trio.testing.wait_all_tasks_blocked()
+            hub.close()
+        assert seqs(replay) == [5, 6, 7]
+
+
+async def test_deltas_are_batched_stored_before_published_and_kept_in_order(store, autojump_clock):
+    hub = EventHub(store, batch_interval=0.02)
+    sid = new_session(store)
+    seen: list[dict] = []
+    async with trio.open_nursery() as n:
+        await n.start(hub.run)
+        n.start_soon(collect, hub, sid, 0, seen)
+        await trio.testing.wait_all_tasks_blocked()
+        for i in range(50):
+            hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta=str(i))
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen == [] and store.read_events(sid, 0) == []  # not stored, so not published yet
+        start = trio.current_time()
+        while len(seen) < 50:
+            await trio.sleep(0.001)
+        assert trio.current_time() - start <= 0.021  # within the batch interval
+        assert len(store.read_events(sid, 0)) == 50
+        for i in range(3):
+            hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta=f"late{i}")
+        hub.publish(sid, ev.ITEM_DONE, turn_id="turn_1", item={"type": "message"})  # flushes first
+        await trio.testing.wait_all_tasks_blocked()
+        n.cancel_scope.cancel()
+    assert seqs(seen) == list(range(1, 55))
+    assert [e["type"] for e in seen[-4:]] == [ev.TEXT_DELTA] * 3 + [ev.ITEM_DONE]
+    assert seqs(store.read_events(sid, 0)) == list(range(1, 55))
+
+
+async def test_an_event_commits_with_its_state_change_or_not_at_all(store):
+    hub = EventHub(store)
+    sid = new_session(store)
+    with hub.transaction(sid) as tx:
+        item, turn = store.queue_message(sid, {"type": "message", "role": "user", "content": "hi"})
+        tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+    assert [e["type"] for e in store.read_events(sid, 0)] == [ev.INPUT_CONSUMED]
+    with pytest.raises(RuntimeError):
+        with hub.transaction(sid) as tx:
+            store.finish_turn(turn["id"], "failed", error="boom")
+            tx.publish(ev.FAILED, turn_id=turn["id"], error={"code": "x", "message": "boom"})
+            raise RuntimeError("the process dies before it commits")
+    assert store.get_turn(turn["id"])["status"] == "queued"  # neither the change ...
+    assert len(store.read_events(sid, 0)) == 1 and hub.last_seq(sid) == 1  # ... nor its event
+
+
+async def test_a_failing_disk_does_not_stop_the_stream(store, monkeypatch):
+    hub = EventHub(store)
+    sid = new_session(store)
+    hub.publish(sid, ev.SESSION_STATUS, status="running")
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "append_events", full)
+    event = hub.publish(sid, ev.SESSION_STATUS, status="idle")
+    assert event["sequence_number"] == 2  # numbered in memory after the newest stored one
+    monkeypatch.undo()
+    assert hub.publish(sid, ev.SESSION_STATUS, status="later")["sequence_number"] == 3
+
+
+def _turn_with_deltas(hub: EventHub, store: Store, sid: str, n: int) -> str:
+    item, turn = store.queue_message(sid, {"type": "message", "role": "user", "content": f"q{n}"})
+    hub.publish(sid, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+    store.start_turn(turn["id"], "runner_x")
+    for part in ("a", "b"):
+        hub.publish(sid, ev.TEXT_DELTA, turn_id=turn["id"], delta=part)
+    with hub.transaction(sid) as tx:
+        store.append_turn_output(sid, turn["id"], [{"type": "message", "role": "assistant",
+                                                    "content": [{"type": "output_text", "text": "ab"}]}], None)
+        store.finish_turn(turn["id"], "completed")
+        tx.publish(ev.COMPLETED, turn_id=turn["id"], response={"output": []})
+    return turn["id"]
+
+
+async def test_deltas_of_old_turns_are_compacted_and_an_older_cursor_gets_a_resync(store):
+    hub = EventHub(store, delta_turns=2)
+    sid = new_session(store)
+    turns = [_turn_with_deltas(hub, store, sid, n) for n in range(4)]  # 4 events each: 16 in all
+    kept = store.read_events(sid, 0)
+    deltas = {e["turn_id"] for e in kept if e["type"] == ev.TEXT_DELTA}
+    assert deltas == set(turns[2:])  # the two newest turns keep their deltas
+    assert [e["type"] for e in kept].count(ev.COMPLETED) == 4  # item-level events are all kept
+    assert store.event_floor(sid) == 7  # the last delta of the second turn
+    seen: list[dict] = []
+    async with trio.open_nursery() as n:
+        n.start_soon(collect, hub, sid, 3, seen)  # inside what was compacted
+        n.start_soon(collect, hub, sid, 7, fresh := [])  # at the floor: a plain replay
+        await trio.testing.wait_all_tasks_blocked()
+        hub.publish(sid, ev.SESSION_STATUS, status="idle")
+        await trio.testing.wait_all_tasks_blocked()
+        hub.close()
+    resync = seen[0]
+    assert resync["type"] == ev.RESYNC and resync["reason"] == "compacted" and resync["after"] == 3
+    assert resync["sequence_number"] == 16 and resync["session"]["id"] == sid
+    assert [t["status"] for t in resync["turns"]] == ["completed"] * 4
+    assert [i["role"] for i in resync["items"]] == ["user", "assistant"] * 4
+    assert seqs(seen[1:]) == [17]  # then the live tail, nothing twice
+    assert seqs(fresh) == list(range(8, 18))
+    assert store.read_events(sid, 0, before=100)[-1]["sequence_number"] == 17
+
+
+async def test_a_session_older_than_the_log_starts_at_one_and_cursor_zero_gets_a_resync(tmp_path):
+    path = tmp_path / "chat.db"
+    shutil.copy(OLD_STORE, path)
+    with Store(path) as store:
+        sid = store.list_conversations(limit=1)[0]["id"]
+        items = store.list_items(sid)
+        hub = EventHub(store)
+        assert hub.last_seq(sid) == 0 and store.event_floor(sid) == 1
+        seen: list[dict] = []
+        async with trio.open_nursery() as n:
+            n.start_soon(collect, hub, sid, 0, seen)
+            await trio.testing.wait_all_tasks_blocked()
+            assert hub.publish(sid, ev.SESSION_STATUS, status="idle")["sequence_number"] == 1
+            await trio.testing.wait_all_tasks_blocked()
+            hub.close()
+        assert seen[0]["type"] == ev.RESYNC and seen[0]["reason"] == "before_log"
+        assert seen[0]["items"] == items and seen[0]["sequence_number"] == 0
+        assert seqs(seen[1:]) == [1]
+        new = store.create_conversation(agent_id=None)["id"]  # made after the log: no floor
+        assert store.event_floor(new) == 0
+
+
+async def test_a_cursor_above_the_newest_number_gets_a_resync(store):
+    hub = EventHub(store)
+    sid = new_session(store)
+    hub.publish(sid, ev.SESSION_STATUS, status="idle")
+    seen: list[dict] = []
+    async with trio.open_nursery() as n:
+        n.start_soon(collect, hub, sid, 40, seen)
+        await trio.testing.wait_all_tasks_blocked()
+        hub.publish(sid, ev.SESSION_STATUS, status="running")
+        await trio.testing.wait_all_tasks_blocked()
+        hub.close()
+    assert [(e["type"], e["sequence_number"]) for e in seen] == [(ev.RESYNC, 1), (ev.SESSION_STATUS, 2)]
+    assert seen[0]["reason"] == "ahead"
+
+
+async def test_a_heartbeat_after_15_s_of_silence_unnumbered_and_never_stored(store, autojump_clock):
+    hub = EventHub(store)
+    sid = new_session(store)
+    seen: list[tuple[float, dict]] = []
+
+    async def watch() -> None:
+        async for event in hub.follow(sid, None, heartbeat=15.0):
+            seen.append((trio.current_time(), event))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(watch)
+        await trio.sleep(10)
+        hub.publish(sid, ev.SESSION_STATUS, status="running")  # resets the silence
+        await trio.sleep(40)
+        hub.close()
+    times = [(t, e["type"]) for t, e in seen]
+    assert times == [(10, ev.SESSION_STATUS), (25, ev.HEARTBEAT), (40, ev.HEARTBEAT)]
+    assert all("sequence_number" not in e for _, e in seen[1:])
+    assert [e["type"] for e in store.read_events(sid, 0)] == [ev.SESSION_STATUS]
