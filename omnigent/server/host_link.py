@@ -66,18 +66,20 @@ async def serve_host(state: ServerState, host_id: str, transport: Transport, sec
     except trio.TooSlowError:
         await transport.close(SILENT, "no hello")
         return
+    # what the host declares replaces what it registered with; nothing declared keeps that
     roots = [r for r in hello.workspace_roots if r.startswith("/") and "\0" not in r][:256]
     try:
-        generation = state.store.accept_host_link(host_id, workspace_roots=roots,
-                                                  capacity=max(0, hello.capacity))
+        generation = state.store.accept_host_link(host_id, workspace_roots=roots or None,
+                                                  capacity=hello.capacity if hello.capacity > 0 else None)
+        row = state.store.get_host(host_id) or row
     except sqlite3.Error as exc:
         log.error("host %s: could not store its link: %s", host_id, exc)
         await transport.close(1011, "the server could not store this link")
         return
     server_end, host_end = memory_link()
-    conn = HostConn(host_id, server_end, generation, name=hello.name[:200], pid=hello.pid,
-                    capacity=max(0, hello.capacity))
-    old = state.registry.attach_host(conn, roots)
+    conn = HostConn(host_id, server_end, generation, name=hello.name[:200] or row["name"], pid=hello.pid,
+                    capacity=row["capacity"])
+    old = state.registry.attach_host(conn, row["workspace_roots"])
     if old is not None:
         log.warning("host %s: a new link replaces the one of generation %d", host_id, old.generation)
         old.kick(REPLACED, "replaced by a newer link of this host")

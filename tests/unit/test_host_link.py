@@ -220,6 +220,10 @@ async def test_a_reconnecting_host_reclaims_only_its_own_runners(tmp_path, autoj
         assert h.registry.host_of("runner_a1") == LOCAL_HOST  # b's claim is not believed
         await linked(h, a_id, a_secret, runners=["runner_a1"])
         assert h.registry.host_of("runner_a1") == a_id
+        # run_server also looks the host up in the store, for a runner back before its host
+        h.registry.runner_host.clear()
+        h.registry._host_lookup = h.store.runner_host
+        assert h.registry.host_of("runner_a1") == a_id and h.registry.host_of("runner_unknown") == LOCAL_HOST
 
 
 # --- placement and affinity ----------------------------------------------------------
