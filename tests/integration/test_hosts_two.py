@@ -21,7 +21,7 @@ from omnigent.agents import bundle_bytes
 from omnigent.client import OmnigentClient, SessionsChat
 from omnigent.host.pool import Host, runner_argv
 from omnigent.host.ws_link import run_host_link
-from omnigent.link.memory import LinkEnd, memory_link
+from omnigent.link.memory import memory_link
 from omnigent.link.runner_secrets import ENV_VAR, hash_secret, mint_runner_id, mint_secret
 from omnigent.server.serve import run_server
 from omnigent.server.sockets import bind_socket
