@@ -179,6 +179,23 @@ async def _end_on_shutdown(state: ServerState, n: trio.Nursery, ending: list[tup
     n.cancel_scope.cancel()
 
 
+def revoke_host(state: ServerState, host_id: str) -> None:
+    """`DELETE /v1/hosts/{id}`: its secret and its runners' secrets open nothing any more.
+
+    Its live link is closed with 4003 and its runners online are dropped (their sessions move
+    on as after any runner loss); a runner that dials back is refused with 4003.
+    """
+    state.store.revoke_host(host_id)
+    state.store.revoke_host_runner_credentials(host_id)
+    conn = state.registry.hosts.get(host_id)
+    if conn is not None:
+        conn.kick(WRONG_SECRET, "host revoked")
+    for runner_id in state.registry.host_runners(host_id):
+        runner = state.registry.online.get(runner_id)
+        if runner is not None:
+            state.registry.unregister(runner, "its host was revoked")  # its connection ends
+
+
 # --- what a host's frames do ------------------------------------------------------
 
 

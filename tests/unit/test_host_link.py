@@ -14,7 +14,7 @@ import trio
 
 import protocol as p
 from omnigent.link.runner_secrets import hash_secret, mint_secret
-from omnigent.server.host_link import serve_host
+from omnigent.server.host_link import revoke_host, serve_host
 from omnigent.server.registry import LOCAL_HOST
 from tests.support.fake_runners import MemoryTransport, open_harness
 from tests.unit.test_runner_credentials import Peer, answer_of, terminal
@@ -319,3 +319,23 @@ async def test_a_pinned_session_of_a_host_that_is_up_but_has_no_runner_is_runner
         last = terminal(await h.until_terminal(pinned, turn["id"]), turn["id"])
         assert last["error"]["code"] == "runner_unavailable"
         assert trio.current_time() - start == 5.0
+
+
+async def test_revoking_a_host_closes_its_link_and_moves_its_sessions(tmp_path, autojump_clock):
+    async with open_harness(tmp_path, runners=0) as h:
+        a_id, a_secret = register(h)
+        b_id, b_secret = register(h)
+        a, b = await linked(h, a_id, a_secret), await linked(h, b_id, b_secret)
+        a1 = await a.launch("runner_a1", reply="from a")
+        sid = h.new_session()
+        assert await answer_of(h, sid, "one") == "from a"
+        await b.launch("runner_b1", reply="from b")
+        revoke_host(h.state, a_id)
+        await a.served.wait()
+        await a1.served.wait()
+        assert a.transport.close_code == 4003
+        assert h.store.runner_credential("runner_a1")["revoked_at"] is not None
+        assert await answer_of(h, sid, "two") == "from b"
+        back = Peer(h, "runner_a1", a1.secret).start()  # its secret opens nothing now
+        await back.served.wait()
+        assert back.transport.close_code == 4003 and not b.served.is_set()
