@@ -339,3 +339,36 @@ async def test_revoking_a_host_closes_its_link_and_moves_its_sessions(tmp_path, 
         back = Peer(h, "runner_a1", a1.secret).start()  # its secret opens nothing now
         await back.served.wait()
         assert back.transport.close_code == 4003 and not b.served.is_set()
+
+
+def test_a_store_of_the_previous_release_gains_hosts_and_session_hosts(tmp_path):
+    import shutil
+    import sqlite3
+    from pathlib import Path
+
+    from omnigent.store import Store
+
+    old = Path(__file__).resolve().parents[1] / "resources" / "stores" / "chat-0.1.0.db"
+    shutil.copy(old, tmp_path / "chat.db")
+    store = Store(tmp_path / "chat.db")
+    try:
+        convs = store.list_conversations(limit=1000)
+        assert len(convs) == 100
+        assert all(store.conversation_host(c["id"]) is None for c in convs)
+        row = store.create_host(hash_secret("s"), name="n", workspace_roots=["/w"], capacity=3)
+        assert (row["name"], row["workspace_roots"], row["capacity"], row["generation"]) == ("n", ["/w"], 3, 0)
+        assert store.accept_host_link(row["id"]) == 1 and store.accept_host_link(row["id"], capacity=5) == 2
+        assert store.get_host(row["id"])["capacity"] == 5
+        store.set_conversation_host(convs[0]["id"], row["id"], workspace="/w/x")
+        assert store.conversation_host(convs[0]["id"]) == row["id"]
+        assert store.get_conversation(convs[0]["id"])["workspace"] == "/w/x"
+        assert [h["id"] for h in store.list_hosts()] == [row["id"]]
+        assert store.revoke_host(row["id"]) and not store.revoke_host(row["id"])
+        assert store.list_hosts() == [] and store.get_host(row["id"])["revoked_at"] is not None
+    finally:
+        store.close()
+    con = sqlite3.connect(tmp_path / "chat.db")
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        con.close()
