@@ -90,6 +90,8 @@ async def serve_host(state: ServerState, host_id: str, transport: Transport, sec
     ending: list[tuple[int, str]] = []
     try:
         await transport.send(p.encode(p.HostHelloAck(ping_interval=state.ping_interval, generation=generation)))
+        for runner_id in state.registry.host_runners(host_id):  # told again: it may have said hello
+            conn.link.post(p.RunnerOnline(runner_id=runner_id))  # while this host's link was down
         async with trio.open_nursery() as n:
             n.start_soon(_end_on_shutdown, state, n, ending)
             n.start_soon(_end_when_kicked, conn, n, ending)

@@ -372,3 +372,19 @@ def test_a_store_of_the_previous_release_gains_hosts_and_session_hosts(tmp_path)
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         con.close()
+
+
+async def test_a_host_back_after_a_blip_hears_which_of_its_runners_are_online(tmp_path, autojump_clock):
+    async with open_harness(tmp_path, runners=0) as h:
+        a_id, a_secret = register(h)
+        a = await linked(h, a_id, a_secret)
+        secret = mint_secret()
+        a.send(p.RunnerCredential(runner_id="runner_a1", secret_hash=hash_secret(secret)))
+        await h.settle()
+        a.drop()  # the link blips before the runner says hello: that RunnerOnline goes nowhere
+        await a.served.wait()
+        runner = Peer(h, "runner_a1", secret).start()
+        await runner.ack.wait()
+        again = await linked(h, a_id, a_secret, runners=["runner_a1"])
+        await h.settle()
+        assert [f.runner_id for f in again.of_kind(p.RunnerOnline)] == ["runner_a1"]
