@@ -34,6 +34,7 @@ from .db import open_database
 from .events import EventsMixin
 from .errors import ConflictError, NotFoundError, StoreError
 from .files import FilesMixin
+from .hosts import HostsMixin
 from .items import ItemsMixin
 from .runner_credentials import RunnerCredentialsMixin
 from .turns import TurnsMixin
@@ -48,6 +49,7 @@ class Store(
     FilesMixin,
     RunnerCredentialsMixin,
     ClaimsMixin,
+    HostsMixin,
 ):
     """All persistent state of an omnigent server, in one SQLite file.
 
