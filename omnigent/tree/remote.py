@@ -1,0 +1,127 @@
+"""`omnigent run AGENT --server URL`: the same REPL and `-p` as the local run, as clients of a server elsewhere.
+
+Nothing is supervised in this process. The runners belong to this HOME's host
+daemon for that server (`host.daemon_client.ensure_daemon`: reused, or
+started detached), so they outlive the REPL: leaving it leaves the runner
+and the session's binding in place, and a later resume, from here or from
+another HOME, finds that runner online and reuses it.
+
+Before the front end starts: the daemon runs and the cwd is allowed as a
+workspace on it (over its 0600 control socket). A session is created with
+`workspace=cwd` and this daemon's `host_id` (lazily, on the first message, as
+locally). When a session needs its runner (`place`), the model endpoint and
+key this CLI resolved are handed to the daemon for that session (memory only:
+never the store, a bundle or an argv), the bound runner is reused when it is
+online, else `POST /v1/hosts/{host_id}/runners` launches one in the cwd; the
+server binds it. The turn itself does not wait for the runner's hello: the
+server holds a message until the runner is there.
+
+The bearer is `--token` or `OMNIGENT_REMOTE_AUTH_TOKEN`; it is used by this
+process only (the daemon and the runners never see it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..repl.options import FrontOptions
+from ..repl.trace import trace
+
+HOST_OFFLINE_RETRY = 16.5  # seconds a 409 host_offline is retried (the original's figure)
+LINK_WAIT = 30.0           # seconds to wait for the daemon's link to the server
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+async def run_remote(options: FrontOptions, *, server_url: str, token: str | None, auth: dict[str, Any],
+                     home: Path | None = None) -> int:
+    """Run the front end of `options` against `server_url`; returns the exit code."""
+    from ..client import OmnigentClient
+    from ..host.daemon_client import DaemonError, ensure_daemon
+    from ..repl.front import Front
+
+    home = home or Path(os.environ.get("HOME") or Path.home())
+    workspace = options.workspace or os.getcwd()
+    try:
+        daemon = await ensure_daemon(server_url, home=home, token=token)
+        await daemon.allow_workspace(workspace)
+    except DaemonError as exc:
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    env = {name: value for name, value in (("OPENAI_BASE_URL", auth.get("base_url")),
+                                           ("OPENAI_API_KEY", auth.get("api_key"))) if value}
+    options.workspace = workspace
+    options.session_fields = {"host_id": daemon.host_id}
+    options.place = _Placer(daemon, workspace, env).place
+
+    exit_code = 0
+    async with trio.open_nursery() as nursery:
+        front_scope = trio.CancelScope()
+
+        async def on_signals() -> None:
+            nonlocal exit_code
+            # the REPL owns Ctrl-C (it cancels a turn); -p leaves it to us: exit 130
+            sigs = [signal.SIGTERM, signal.SIGHUP] + ([signal.SIGINT] if options.prompt is not None else [])
+            with trio.open_signal_receiver(*sigs) as received:
+                async for signum in received:
+                    exit_code = SIGNAL_EXIT[signum]
+                    front_scope.cancel()
+                    return
+
+        nursery.start_soon(on_signals)
+        with front_scope:
+            async with OmnigentClient(server_url, token=token) as client:
+                exit_code = await Front(options).run(client) or exit_code
+        nursery.cancel_scope.cancel()
+    return exit_code
+
+
+class _Placer:
+    """Gives a session its runner on this HOME's daemon (see module doc)."""
+
+    def __init__(self, daemon, workspace: str, env: dict[str, str]) -> None:
+        self.daemon = daemon
+        self.workspace = workspace
+        self.env = env
+
+    async def place(self, client, session_id: str) -> None:
+        from ..client import OmnigentError
+        from ..host.daemon_client import DaemonError
+
+        try:
+            if self.env:
+                await self.daemon.session_env(session_id, self.env)
+            info = await client.get_session(session_id)
+            runner_id = info.get("runner_id")
+            if runner_id and info.get("runner_online"):
+                trace(f"reusing runner id={runner_id!r}")
+                trace(f"runner bound id={runner_id!r}")
+                return
+            if not self.daemon.online and not await self.daemon.wait_online(LINK_WAIT):
+                raise OmnigentError(f"the host daemon (pid {self.daemon.pid}) is not connected to "
+                                    f"{client.base_url} yet; see its log under ~/.omnigent/logs/host-daemon/")
+        except DaemonError as exc:
+            raise OmnigentError(str(exc)) from None
+        trace(f"POST /v1/hosts/{self.daemon.host_id}/runners session={session_id!r}")
+        created = await self._launch(client, session_id)
+        trace(f"runner bound id={created['runner_id']!r}")
+
+    async def _launch(self, client, session_id: str) -> dict[str, Any]:
+        from ..client import OmnigentError
+
+        body = {"session_id": session_id, "workspace": self.workspace}
+        path = f"/v1/hosts/{self.daemon.host_id}/runners"
+        deadline = trio.current_time() + HOST_OFFLINE_RETRY
+        while True:
+            try:
+                # the SDK has no hosts namespace: its transport keeps the bearer and the errors typed
+                return await client._t.request("POST", path, json=body)
+            except OmnigentError as exc:
+                if exc.code != "host_offline" or trio.current_time() >= deadline:
+                    raise
+            await trio.sleep(0.25)  # the link is (re)connecting: no event says when it is back
