@@ -22,6 +22,7 @@ class Tuning:
     ping_allowance: float = 6.0
     turn_losses: int = 5         # runners a turn may lose (mid-turn) before it fails: runner_lost
     runner_wait: float = 30.0    # how long a message waits for a runner to come online
+    host_grace: float = 10.0     # how long a host whose link dropped has to come back
 
 
 _VARS = {
@@ -29,6 +30,7 @@ _VARS = {
     "OMNIGENT_PING_ALLOWANCE": ("ping_allowance", float),
     "OMNIGENT_TURN_LOSSES": ("turn_losses", int),
     "OMNIGENT_RUNNER_WAIT": ("runner_wait", float),
+    "OMNIGENT_HOST_GRACE": ("host_grace", float),
 }
 
 

@@ -22,7 +22,7 @@ from protocol import events as ev
 from ..agents import SpecError
 from ..link.runner_secrets import bearer, hash_secret, mint_runner_id, mint_secret
 from ..store.errors import ConflictError, NotFoundError
-from . import bodies, files
+from . import bodies, files, hosts
 from .errors import ApiError, invalid, not_found
 from .runner_link import serve_runner
 from .state import ServerState
@@ -189,10 +189,20 @@ def create_app(state: ServerState) -> QuartTrio:
         for key in ("title", "workspace", "model_override"):
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise invalid(f"{key!r} must be a string")
-        return store.create_conversation(
+        host_id = meta.get("host_id")
+        if host_id is not None and not isinstance(host_id, str):
+            raise invalid("'host_id' must be a string")
+        if host_id is not None and host_id != "host_local" and (
+                (row := store.get_host(host_id)) is None or row["revoked_at"] is not None):
+            raise not_found("Host")
+        conv = store.create_conversation(
             agent_id=agent["id"], title=meta.get("title") or "", reasoning_effort=effort,
             model_override=meta.get("model_override"), workspace=meta.get("workspace"),
         )
+        if host_id is not None:  # hosts: the session belongs to that host (server/hosts.py)
+            store.set_conversation_host(conv["id"], host_id)
+            conv = store.get_conversation(conv["id"])
+        return conv
 
     @app.get("/v1/sessions")
     async def list_sessions():
@@ -439,7 +449,8 @@ def create_app(state: ServerState) -> QuartTrio:
         spec = agent["spec"] if agent else {}
         body.update(llm_model=conv.get("model_override") or spec.get("model"),
                     harness=spec.get("harness"), model_override=conv.get("model_override"),
-                    last_sequence_number=state.hub.last_seq(session_id))
+                    last_sequence_number=state.hub.last_seq(session_id),
+                    host_id=store.conversation_host(session_id))
         return body
 
     def _list_item(conv: dict[str, Any]) -> dict[str, Any]:
@@ -489,6 +500,7 @@ def create_app(state: ServerState) -> QuartTrio:
         return content
 
     files.register(app, state)
+    hosts.register(app, state)
     app.asgi_app = _drain_unread_body(app.asgi_app)
     return app
 

@@ -13,6 +13,12 @@ STATUS = {
     "too_large": 413,
     "unsupported_media_type": 415,
     "runner_unavailable": 503,
+    # host routes (server/hosts.py)
+    "workspace_not_allowed": 403,
+    "host_offline": 409,
+    "at_capacity": 409,
+    "launch_failed": 409,
+    "launch_timeout": 408,
     "internal_error": 500,
 }
 

@@ -10,17 +10,32 @@ An online id is never taken over silently: `register` refuses it, and only
 connection of an id. Explicit runners (registered by a client, not launched
 by a host) are online like any other but `placeable` leaves them out, so
 automatic placement and rebinding never pick them.
+
+Hosts: the registry also knows which host launched each runner (the
+`RunnerCredential` frame arrives on that host's link) and which host links
+are up (`HostConn`, one per host id; the in-process host is `host_local`).
+Placement honours a session's affinity (`Affinity`): a session with a host
+goes only to runners of that host or of hosts declaring a workspace root
+that contains its workspace; a session with only a workspace to the
+in-process host or such hosts; a session with neither to any runner. A host
+whose link dropped keeps `host_grace` seconds to come back before the
+sessions pinned to it count as unavailable (`grace_end`).
 """
 
 from __future__ import annotations
 
 import math
+import posixpath
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
 from protocol import Frame
+
+from ..link.memory import LinkEnd
+
+LOCAL_HOST = "host_local"  # the in-process host of `omnigent run` / `omnigent server --runners N`
 
 
 @dataclass
@@ -88,21 +103,114 @@ class AlreadyOnline(Exception):
     """`register` of an id that already has a live connection."""
 
 
+class Affinity(NamedTuple):
+    """Where a session may run: its host and its workspace (either may be None)."""
+
+    host_id: str | None = None
+    workspace: str | None = None
+
+
+@dataclass
+class HostConn:
+    """One live host link: what the server posts to the host goes to `link`."""
+
+    host_id: str
+    link: LinkEnd
+    generation: int
+    name: str = ""
+    pid: int = 0
+    capacity: int = 0
+    connected_at: float = field(default_factory=trio.current_time)
+    last_pong: float = field(default_factory=trio.current_time)
+    kicked: trio.Event = field(default_factory=trio.Event, repr=False)
+    kick_code: int = 0
+    kick_reason: str = ""
+
+    def kick(self, code: int, reason: str) -> None:
+        """Close this link (replaced: 4009, revoked: 4003); its serve loop does the closing."""
+        if not self.kicked.is_set():
+            self.kick_code, self.kick_reason = code, reason
+            self.kicked.set()
+
+
+def within(path: str, root: str) -> bool:
+    """`path` is `root` or below it (both absolute; compared lexically, normalized)."""
+    path, root = posixpath.normpath(path), posixpath.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
 class RunnerRegistry:
-    def __init__(self) -> None:
+    def __init__(self, *, host_grace: float = 10.0) -> None:
         self.online: dict[str, RunnerConn] = {}
         self.departed: dict[str, Departure] = {}
         self.pids: dict[str, int] = {}
         self.gave_up: str | None = None  # why the host stopped replacing runners, with the log tail
+        self.host_grace = host_grace
+        self.hosts: dict[str, HostConn] = {}        # host links up now, by host id
+        self.runner_host: dict[str, str] = {}       # runner id -> the host that launched it
+        self.host_roots: dict[str, list[str]] = {}  # workspace roots each host declared (kept offline)
+        self.host_left_at: dict[str, float] = {}    # when each host's link last dropped
         self._changed = trio.Event()
 
     def _notify(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
-    def placeable(self) -> list[RunnerConn]:
-        """The online runners automatic placement and rebinding may choose: host-launched ones."""
-        return [conn for conn in self.online.values() if not conn.explicit]
+    def placeable(self, affinity: Affinity | None = None) -> list[RunnerConn]:
+        """The online runners automatic placement and rebinding may choose: host-launched ones,
+        and with `affinity`, only those that may serve that session."""
+        return [conn for conn in self.online.values()
+                if not conn.explicit and (affinity is None or self.may_serve(conn.runner_id, affinity))]
+
+    # --- hosts ------------------------------------------------------------------
+
+    def host_of(self, runner_id: str) -> str:
+        """The host that launched `runner_id`; one not announced by any link counts as in-process."""
+        return self.runner_host.get(runner_id, LOCAL_HOST)
+
+    def may_serve(self, runner_id: str, affinity: Affinity) -> bool:
+        host_id, workspace = affinity
+        if host_id is None and workspace is None:
+            return True
+        owner = self.host_of(runner_id)
+        if owner == (host_id or LOCAL_HOST):  # a workspace without a host is on the server's machine
+            return True
+        return workspace is not None and any(within(workspace, root) for root in self.host_roots.get(owner, ()))
+
+    def host_runners(self, host_id: str) -> list[str]:
+        """Ids of the runners online now that this host launched."""
+        return [rid for rid in self.online if self.host_of(rid) == host_id]
+
+    def host_online(self, host_id: str) -> bool:
+        return host_id == LOCAL_HOST or host_id in self.hosts
+
+    def attach_host(self, conn: HostConn, workspace_roots: list[str]) -> HostConn | None:
+        """`conn` is now the link of its host; returns the link it replaces (the caller kicks it)."""
+        old = self.hosts.get(conn.host_id)
+        self.hosts[conn.host_id] = conn
+        self.host_roots[conn.host_id] = list(workspace_roots)
+        self.host_left_at.pop(conn.host_id, None)
+        self._notify()
+        return old
+
+    def detach_host(self, conn: HostConn) -> None:
+        """That link ended; a newer link of the same host stays."""
+        if self.hosts.get(conn.host_id) is conn:
+            del self.hosts[conn.host_id]
+            self.host_left_at[conn.host_id] = trio.current_time()
+            self._notify()
+
+    def grace_end(self, host_id: str | None) -> float | None:
+        """When the grace of an offline host ends (None: online, or never seen in this server's life)."""
+        if host_id is None or self.host_online(host_id):
+            return None
+        left = self.host_left_at.get(host_id)
+        return None if left is None else left + self.host_grace
+
+    def launching(self, runner_id: str | None) -> bool:
+        """Launched by a host (it said so) but not online yet, and not gone."""
+        return (runner_id is not None and runner_id in self.pids and runner_id not in self.online
+                and runner_id not in self.departed)
 
     def register(self, conn: RunnerConn) -> None:
         if conn.runner_id in self.online:

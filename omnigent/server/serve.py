@@ -8,7 +8,9 @@ first, so hypercorn does not wait out its graceful timeout (G1).
 Hosts tell the server over their link which secret (by its hash) each of
 their runners will present; the hashes go to the store, so a runner can
 re-register after a server restart, and are revoked when the host reports
-the process gone.
+the process gone. The in-process host's memory links (`host_links`) and every
+remote host's websocket link (`host_link.serve_host`) go through the same
+`host_link.consume_host`; the in-process host is `host_local`.
 """
 
 from __future__ import annotations
@@ -16,18 +18,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 import protocol as p
-from protocol import events as ev
 
 from ..link.memory import LinkEnd
 from ..store import Store
 from .guard import Guard
+from .host_link import consume_host
 from .hub import EventHub
 from .sockets import url_of
 from .registry import RunnerRegistry
@@ -66,6 +67,7 @@ async def run_server(
     allow_hosts: tuple[str, ...] = (),
     ping_interval: float = 1.0,
     ping_allowance: float = 6.0,
+    host_grace: float = 10.0,
     task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     from hypercorn.config import Config
@@ -83,14 +85,14 @@ async def run_server(
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             hub = EventHub()
-            registry = RunnerRegistry()
+            registry = RunnerRegistry(host_grace=host_grace)
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
                                 max_losses=max_losses, max_attempts=max_attempts)
             state = ServerState(store, hub, registry, turns, token, guard=guard,
                                 ping_interval=ping_interval, ping_allowance=ping_allowance)
             for link in host_links:
                 state.host_events.links.append(link)
-                nursery.start_soon(_consume_host, state, link)
+                nursery.start_soon(consume_host, state, link)
             config = Config()
             config.bind = [f"fd://{sock.detach()}"]
             config.accesslog = None
@@ -111,32 +113,7 @@ async def run_server(
             task_status.started(ServerHandle(url, state, done, scope))
 
 
-async def _consume_host(state: ServerState, link: LinkEnd) -> None:
-    async for frame in link.receive:
-        try:
-            _host_frame(state, frame)
-        except sqlite3.Error as exc:  # a full disk must not end the server: that runner is refused
-            log.error("could not store what the host said (%s): %s", frame.kind, exc)
-
-
-def _host_frame(state: ServerState, frame: p.Frame) -> None:
-    """Apply one frame the host sent: a runner's credential, launch or exit."""
-    if isinstance(frame, p.RunnerCredential):
-        if not state.store.add_runner_credential(frame.runner_id, frame.secret_hash, kind="host"):
-            log.warning("host re-used the known runner id %s: its new secret is ignored", frame.runner_id)
-        state.registry.notify_changed()  # a runner that dialled first is waiting for this
-    elif isinstance(frame, p.RunnerLaunched):
-        state.registry.pids[frame.runner_id] = frame.pid
-    elif isinstance(frame, p.RunnerExited):
-        error = frame.reason + (f"\n{frame.log_tail}" if frame.log_tail else "")
-        if frame.runner_id:
-            state.registry.record_exit(frame.runner_id, frame.reason, error)
-        if frame.gave_up:
-            state.registry.give_up(error)
-            for session_id in state.hub.session_ids():  # tell whoever watches, not just the next turn
-                state.hub.publish(session_id, ev.RUNNERS_GAVE_UP, reason=error)
-        if frame.runner_id:
-            state.store.revoke_runner_credential(frame.runner_id)  # its secret opens nothing now
+_consume_host = consume_host  # the old name (tests/support/fake_runners.py)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -176,6 +176,26 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        "0004_hosts",
+        """
+        -- registered host daemons: only the sha256 of each host's secret is kept;
+        -- `generation` counts the links the server accepted for it (ownership)
+        CREATE TABLE hosts (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL DEFAULT '',
+            secret_hash TEXT NOT NULL,
+            workspace_roots TEXT NOT NULL DEFAULT '[]',
+            capacity INTEGER NOT NULL DEFAULT 0,
+            generation INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            last_seen_at REAL,
+            revoked_at REAL
+        );
+        -- the host a session belongs to (its workspace is a directory on that machine)
+        ALTER TABLE conversations ADD COLUMN host_id TEXT;
+        """,
+    ),
 )
 
 

@@ -33,6 +33,7 @@ from .conversations import ConversationsMixin
 from .db import open_database
 from .errors import ConflictError, NotFoundError, StoreError
 from .files import FilesMixin
+from .hosts import HostsMixin
 from .items import ItemsMixin
 from .runner_credentials import RunnerCredentialsMixin
 from .turns import TurnsMixin
@@ -46,6 +47,7 @@ class Store(
     FilesMixin,
     RunnerCredentialsMixin,
     ClaimsMixin,
+    HostsMixin,
 ):
     """All persistent state of an omnigent server, in one SQLite file.
 

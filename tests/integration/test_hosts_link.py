@@ -1,0 +1,106 @@
+"""Hosts over real sockets: the routes, the host websocket and `run_host_link`.
+
+A real server (`run_server` on a real socket, no in-process host) and the
+real client link; the "host" on the far end is either a test that reads the
+frames itself or a small fake that answers `LaunchRunner`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+import trio
+from trio_websocket import ConnectionClosed, open_websocket_url
+
+import protocol as p
+from omnigent.host.ws_link import HostRevoked, host_ws_url, run_host_link
+from omnigent.link.memory import memory_link
+from omnigent.link.runner_secrets import hash_secret, mint_secret
+from omnigent.server.serve import run_server
+from omnigent.server.sockets import bind_socket
+from omnigent.store import Store
+
+
+@pytest.fixture
+async def server(nursery, tmp_path):
+    store = Store(tmp_path / "chat.db")
+    handle = await nursery.start(lambda task_status: run_server(
+        store, bind_socket(), token=None, runner_wait=2.0, ping_interval=0.2, task_status=task_status))
+    handle.store = store
+    yield handle
+    await handle.aclose()
+    store.close()
+
+
+async def register(server, **body) -> tuple[str, str]:
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        r = await http.post("/v1/hosts", json=body)
+    assert r.status_code == 201, r.text
+    data = r.json()
+    return data["host_id"], data["host_secret"]
+
+
+def hello_for(host_id: str, **kw):
+    return lambda: p.HostHello(host_id=host_id, pid=os.getpid(), protocol_version=p.PROTOCOL_VERSION, **kw)
+
+
+async def test_register_stores_only_the_hash(server):
+    host_id, secret = await register(server, name="box", workspace_roots=["/srv/work"], capacity=2)
+    assert host_id.startswith("host_") and len(host_id) == 37
+    row = server.store.get_host(host_id)
+    assert row["secret_hash"] == hash_secret(secret)
+    dump = "\n".join(server.store.conn.iterdump())
+    assert secret not in dump
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        host = (await http.get(f"/v1/hosts/{host_id}")).json()
+        assert host == {"host_id": host_id, "name": "box", "status": "offline", "online": False, "runners": [],
+                        "capacity": 2, "workspace_roots": ["/srv/work"], "generation": 0, "last_seen_at": None}
+        listed = (await http.get("/v1/hosts")).json()
+        assert listed["object"] == "list" and [h["host_id"] for h in listed["data"]] == [host_id]
+
+
+async def test_link_connects_and_revoke_ends_it(server, nursery):
+    host_id, secret = await register(server)
+    server_end, host_end = memory_link()
+    outcome: dict = {}
+
+    async def link():
+        try:
+            await run_host_link(server.url, host_id, secret, server_end, hello_for(host_id), backoff_cap=0.2,
+                                task_status=started)
+        except HostRevoked as exc:
+            outcome["revoked"] = str(exc)
+
+    started = trio.TASK_STATUS_IGNORED
+    async with trio.open_nursery() as n:
+        async def run(task_status=trio.TASK_STATUS_IGNORED):
+            nonlocal started
+            started = task_status
+            await link()
+        ack = await n.start(run)
+        assert isinstance(ack, p.HostHelloAck) and ack.generation == 1
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            host = (await http.get(f"/v1/hosts/{host_id}")).json()
+            assert host["online"] is True and host["status"] == "online" and host["generation"] == 1
+            r = await http.delete(f"/v1/hosts/{host_id}")
+            assert r.json() == {"host_id": host_id, "revoked": True}
+            with trio.fail_after(10):
+                while "revoked" not in outcome:
+                    await trio.sleep(0.02)
+            assert (await http.get(f"/v1/hosts/{host_id}")).status_code == 404
+            assert [h for h in (await http.get("/v1/hosts")).json()["data"] if h["host_id"] == host_id] == []
+    assert "revoked" in outcome["revoked"] or "refused" in outcome["revoked"]
+
+
+async def test_wrong_secret_is_4003(server):
+    host_id, _ = await register(server)
+    url = host_ws_url(server.url, host_id)
+    async with open_websocket_url(url, extra_headers=[("Authorization", "Bearer nope")]) as ws:
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.get_message()
+    assert closed.value.reason.code == 4003
+    server_end, _ = memory_link()
+    with trio.fail_after(10), pytest.raises(HostRevoked):
+        await run_host_link(server.url, host_id, mint_secret(), server_end, hello_for(host_id))
