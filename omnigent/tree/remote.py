@@ -12,9 +12,8 @@ workspace on it (over its 0600 control socket). A session is created with
 locally). When a session needs its runner (`place`), the model endpoint and
 key this CLI resolved are handed to the daemon for that session (memory only:
 never the store, a bundle or an argv), the bound runner is reused when it is
-online, else `POST /v1/hosts/{host_id}/runners` launches one in the cwd; the
-server binds it. The turn itself does not wait for the runner's hello: the
-server holds a message until the runner is there.
+online, else `POST /v1/hosts/{host_id}/runners` launches one in the cwd (the
+server binds it) and its hello is awaited before the first message goes out.
 
 The bearer is `--token` or `OMNIGENT_REMOTE_AUTH_TOKEN`; it is used by this
 process only (the daemon and the runners never see it).
@@ -35,6 +34,7 @@ from ..repl.trace import trace
 
 HOST_OFFLINE_RETRY = 16.5  # seconds a 409 host_offline is retried (the original's figure)
 LINK_WAIT = 30.0           # seconds to wait for the daemon's link to the server
+RUNNER_WAIT = 60.0         # seconds for a launched runner to say hello
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
@@ -109,7 +109,25 @@ class _Placer:
             raise OmnigentError(str(exc)) from None
         trace(f"POST /v1/hosts/{self.daemon.host_id}/runners session={session_id!r}")
         created = await self._launch(client, session_id)
-        trace(f"runner bound id={created['runner_id']!r}")
+        runner_id = created["runner_id"]
+        # Waited for, although the server would hold a message for it: a message that
+        # arrives before this runner's hello is placed on any idle runner of the host,
+        # which has another session's model endpoint.
+        await self._wait_online(client, runner_id)
+        trace(f"runner bound id={runner_id!r}")
+
+    async def _wait_online(self, client, runner_id: str) -> None:
+        from ..client import OmnigentError
+
+        with trio.move_on_after(RUNNER_WAIT):
+            while True:
+                status = await client.runner_status(runner_id)
+                if status.get("online"):
+                    return
+                if status.get("error"):
+                    raise OmnigentError(f"runner {runner_id} did not start: {status['error']}")
+                await trio.sleep(0.05)  # no event says "this runner said hello"
+        raise OmnigentError(f"runner {runner_id} did not come online within {RUNNER_WAIT:g} s")
 
     async def _launch(self, client, session_id: str) -> dict[str, Any]:
         from ..client import OmnigentError
