@@ -155,6 +155,7 @@ class _Daemon:
                                     task_status=_OnStarted(self._linked))
                 return
             except HostRevoked:
+                self.online = False
                 if registered_again:
                     log.error("the server refuses this host's credential (revoked?): leaving; "
                               "run `omnigent host --server %s` again", self.server_url)

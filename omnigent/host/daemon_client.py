@@ -72,6 +72,7 @@ class DaemonInfo:
                 answer = await self._ask({"op": "hello"})
                 if answer.get("online"):
                     self.online = True
+                    self.host_id = str(answer.get("host_id") or self.host_id)  # re-registered meanwhile?
                     return True
                 await trio.sleep(0.05)
         return False

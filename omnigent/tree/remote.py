@@ -34,6 +34,7 @@ from ..repl.trace import trace
 
 HOST_OFFLINE_RETRY = 16.5  # seconds a 409 host_offline is retried (the original's figure)
 LINK_WAIT = 30.0           # seconds to wait for the daemon's link to the server
+FIRST_LINK_WAIT = 10.0     # at start-up; a server that is down is reported by the front end
 RUNNER_WAIT = 60.0         # seconds for a launched runner to say hello
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
@@ -50,6 +51,8 @@ async def run_remote(options: FrontOptions, *, server_url: str, token: str | Non
     try:
         daemon = await ensure_daemon(server_url, home=home, token=token)
         await daemon.allow_workspace(workspace)
+        if not daemon.online:  # a fresh daemon: its link is up in ~50 ms, and then its host id is final
+            await daemon.wait_online(FIRST_LINK_WAIT)
     except DaemonError as exc:
         print(f"Error: {exc}", file=sys.stderr, flush=True)
         return 1
