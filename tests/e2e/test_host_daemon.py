@@ -314,3 +314,76 @@ def test_idle_exit_when_started_on_demand(server, home, mock_credentials_env):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_server_mode_errors_are_one_line(server, home, mock_credentials_env, tmp_path):
+    env = _env(mock_credentials_env, home)
+    agent = _agent(tmp_path)
+    cases = [
+        (["--resume", "conv_does_not_exist"], "Error: Conversation 'conv_does_not_exist' not found."),
+        (["--continue"], "Error: No prior conversation for agent 'daemon_agent'."),
+        (["--no-session"], "Error: --no-session is not supported with --server; the uploaded agent is "
+                           "already scoped to the CLI session."),
+    ]
+    for extra, expected in cases:
+        done = _run_p(agent, server, env, tmp_path, *extra)
+        assert done.returncode != 0 and done.stderr.strip() == expected, (extra, done.stderr)
+    bad = subprocess.run([sys.executable, "-m", "omnigent", "run", str(agent), "--server", "localhost:1"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "--server" in bad.stderr
+
+
+@pytest.mark.slow
+def test_server_restart_the_link_comes_back_and_runners_live_on(mock_credentials_env, home,
+                                                                 mock_llm_server_url, tmp_path):
+    """The server goes away: the daemon stays; back on the same port, the host is online again.
+    Back with an empty store (its host unknown: 4003), the daemon registers anew, once.
+    (Whether the runner itself survives is the runner's redial, tested with the runner.)"""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+
+    def start(data: Path) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "0", "--port", str(port),
+                                 "--data-dir", str(data)], env=mock_credentials_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+        assert "listening on " in proc.stdout.readline()
+        return proc
+
+    def wait_online(host_id: str) -> bool:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                r = httpx.get(f"{url}/v1/hosts/{host_id}", timeout=2)
+                if r.status_code == 200 and r.json()["online"]:
+                    return True
+            time.sleep(0.1)
+        return False
+
+    env = _env(mock_credentials_env, home)
+    configure_mock_llm(mock_llm_server_url, [{"text": "BEFORE"}], key=MODEL)
+    server = start(tmp_path / "one")
+    try:
+        done = _run_p(_agent(tmp_path), url, env, tmp_path)
+        assert done.returncode == 0 and "BEFORE" in done.stdout, done.stderr
+        daemon_pid = int((home / ".omnigent/host.pid").read_text().splitlines()[0])
+        host_id = records.read_identity(records.Paths.of(home, url))[0]
+        stop_proc(server)
+        assert _alive(daemon_pid)
+        server = start(tmp_path / "one")
+        assert wait_online(host_id)
+        stop_proc(server)
+        server = start(tmp_path / "two")  # a store that never heard of this host
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            identity = records.read_identity(records.Paths.of(home, url))
+            if identity and identity[0] != host_id:
+                break
+            time.sleep(0.1)
+        assert identity[0] != host_id and wait_online(identity[0])
+        assert _alive(daemon_pid)
+    finally:
+        stop_proc(server)
