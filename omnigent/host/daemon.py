@@ -276,7 +276,7 @@ def main(config: DaemonConfig, *, foreground_echo: bool) -> int:
     except AlreadyRunning as exc:
         log.info("%s", exc)
         print(f"Error: {exc}", file=sys.stderr, flush=True)
-        return 0
+        return 1
     except DaemonFailed as exc:
         log.error("%s", exc)
         print(f"Error: {exc}", file=sys.stderr, flush=True)

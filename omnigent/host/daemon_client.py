@@ -189,6 +189,9 @@ async def _wait_started(paths: records.Paths, proc: subprocess.Popen[bytes], log
         while True:
             code = proc.poll()
             if code is not None:
+                info = await find_daemon(paths, settle=2.0)  # one started by hand meanwhile won the lock
+                if info is not None:
+                    return info
                 raise DaemonError(f"the host daemon exited at start ({code}): {_last_line(log_path)} "
                                   f"(log: {log_path})")
             record = records.read_json(paths.record)

@@ -37,11 +37,11 @@ def normalize_url(url: str) -> str:
     parts = urlsplit(url.strip())
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
     port = parts.port
     if port is not None and (scheme, port) not in (("http", 80), ("https", 443)):
         host = f"{host}:{port}"
-    if ":" in (parts.hostname or "") and not host.startswith("["):  # IPv6 literal
-        host = f"[{parts.hostname}]" + (f":{port}" if port is not None else "")
     return urlunsplit((scheme, host, parts.path.rstrip("/"), "", ""))
 
 

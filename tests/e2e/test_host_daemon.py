@@ -387,3 +387,23 @@ def test_server_restart_the_link_comes_back_and_runners_live_on(mock_credentials
         assert _alive(daemon_pid)
     finally:
         stop_proc(server)
+
+
+def test_a_killed_daemon_leaves_no_runner_and_is_replaced(server, home, mock_credentials_env,
+                                                          mock_llm_server_url, tmp_path):
+    env = _env(mock_credentials_env, home)
+    configure_mock_llm(mock_llm_server_url, [{"text": "KILL9_OK"}], key=MODEL)
+    done = _run_p(_agent(tmp_path), server, env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    ((_, _, runner_pid),) = _launched(home)
+    pid = int((home / ".omnigent/host.pid").read_text().splitlines()[0])
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _alive(runner_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(runner_pid)  # its stdin was the daemon's pipe: EOF ends it
+    info = _ensure(server, home, env)  # the record is stale now (no lock): replaced
+    assert info.pid != pid
+    second = subprocess.run([sys.executable, "-m", "omnigent", "host", "--server", server, "--foreground"],
+                            env=env, capture_output=True, text=True, timeout=30)
+    assert second.returncode == 1 and f"already runs (pid {info.pid})" in second.stderr, second

@@ -17,10 +17,16 @@ from omnigent.host import control, records
     ("HTTP://LocalHost:8080", "http://localhost:8080"),
     ("http://example.com:80/api/", "http://example.com/api"),
     ("https://example.com:443", "https://example.com"),
+    ("http://[::1]:80/", "http://[::1]"),
+    ("http://[::1]:8080", "http://[::1]:8080/"),
 ])
 def test_one_server_one_key(a, b):
     assert records.normalize_url(a) == records.normalize_url(b)
     assert records.key_of(a) == records.key_of(b) and len(records.key_of(a)) == 16
+
+
+def test_ipv6_keeps_brackets():
+    assert records.normalize_url("http://[::1]:8080/") == "http://[::1]:8080"
 
 
 def test_different_servers_different_keys():
