@@ -7,6 +7,8 @@ one answer per request:
 - `{"op": "hello"}` -> `{"ok": true, "host_id", "pid", "protocol_version", "online"}`
 - `{"op": "allow_workspace", "workspace": DIR}` -> `{"ok": true}`
 - `{"op": "session_env", "session_id": ID, "env": {...}}` -> `{"ok": true}`
+- `{"op": "session_runner", "session_id": ID}` -> `{"ok": true, "kept": bool}`: whether this
+  daemon keeps a runner for that session (alive, or being replaced by its supervisor)
 - `{"op": "status"}` -> `{"ok": true, "runners": [...], ...}`
 
 Anything else, or a malformed line, gets `{"ok": false, "error": "..."}`.

@@ -224,6 +224,11 @@ class _Daemon:
                 raise control.ControlError("session_env needs a 'session_id' and an 'env' object")
             self.host.set_session_env(session_id, env)
             return {"ok": True}
+        if op == "session_runner":  # is a runner kept for this session (alive, or being replaced)?
+            session_id = request.get("session_id")
+            if not isinstance(session_id, str):
+                raise control.ControlError("session_runner needs a 'session_id'")
+            return {"ok": True, "kept": self.host.serves_session(session_id)}
         if op == "status":
             return {"ok": True, "host_id": self.host_id, "pid": os.getpid(), "server_url": self.server_url,
                     "online": self.online, "runners": self.host.live_runners(),

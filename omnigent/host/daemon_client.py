@@ -62,6 +62,10 @@ class DaemonInfo:
     async def session_env(self, session_id: str, env: dict[str, str]) -> None:
         await self._ask({"op": "session_env", "session_id": session_id, "env": env})
 
+    async def keeps_runner_for(self, session_id: str) -> bool:
+        """Whether the daemon keeps a runner for that session (alive, or its replacement on the way)."""
+        return bool((await self._ask({"op": "session_runner", "session_id": session_id})).get("kept"))
+
     async def status(self) -> dict[str, Any]:
         return await self._ask({"op": "status"})
 

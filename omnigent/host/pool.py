@@ -255,6 +255,10 @@ class Host:
         """The model endpoint/key for that session's runners (kept in memory only)."""
         self._session_env[session_id] = clean_session_env(env, passthrough_names(self.env))
 
+    def serves_session(self, session_id: str) -> bool:
+        """Whether an on-demand runner of this host is kept for that session (running or being replaced)."""
+        return any(launch.session_id == session_id for launch in self._launches.values())
+
     def live_runners(self) -> list[str]:
         """Ids of the runner processes alive now (fixed slots and on demand)."""
         return list(self._online)
@@ -339,7 +343,8 @@ class Host:
         while True:
             await trio.sleep(min(self.idle_timeout / 4, IDLE_CHECK))
             now, mark = trio.current_time(), self.activity(launch)
-            if mark != seen:
+            online = self._online.get(launch.runner_id or "")
+            if mark != seen or online is None or not online.is_set():  # a start is not idleness
                 seen, active_at = mark, now
             elif now - active_at >= self.idle_timeout:
                 log.info("runner %s unused for %.0f s: stopping it", launch.runner_id, now - active_at)

@@ -253,7 +253,7 @@ class Repl:
                 trace(f"session created id={info['id']!r}")
                 await self._follow(info["id"], info["last_sequence_number"])
             session_id = self.session_id
-            if self._bound != session_id:
+            if self._bound != session_id or self.options.place is not None:  # --server: every turn
                 with turn.before_post:
                     await self._bind(session_id)
                     self._bound = session_id

@@ -9,11 +9,14 @@ another HOME, finds that runner online and reuses it.
 Before the front end starts: the daemon runs and the cwd is allowed as a
 workspace on it (over its 0600 control socket). A session is created with
 `workspace=cwd` and this daemon's `host_id` (lazily, on the first message, as
-locally). When a session needs its runner (`place`), the model endpoint and
+locally). Before every turn (`place`: a runner that sat unused ends after an idle
+timeout, so the one bound an hour ago may be gone), the model endpoint and
 key this CLI resolved are handed to the daemon for that session (memory only:
 never the store, a bundle or an argv), the bound runner is reused when it is
-online, else `POST /v1/hosts/{host_id}/runners` launches one in the cwd (the
-server binds it) and its hello is awaited before the first message goes out.
+online; when it is not but this daemon still keeps a runner for the session
+(its supervisor is replacing a crashed one, with a new id the server binds),
+nothing is launched; else `POST /v1/hosts/{host_id}/runners` launches one in
+the cwd (the server binds it) and its hello is awaited before the message goes out.
 
 The bearer is `--token` or `OMNIGENT_REMOTE_AUTH_TOKEN`; it is used by this
 process only (the daemon and the runners never see it).
@@ -104,6 +107,11 @@ class _Placer:
             if runner_id and info.get("runner_online"):
                 trace(f"reusing runner id={runner_id!r}")
                 trace(f"runner bound id={runner_id!r}")
+                return
+            if runner_id and await self.daemon.keeps_runner_for(session_id):
+                # it crashed and our daemon's supervisor is replacing it (a new id, which the
+                # server binds); a launch now would leave one runner too many
+                trace(f"runner {runner_id!r} is being replaced by the host")
                 return
             if not self.daemon.online and not await self.daemon.wait_online(LINK_WAIT):
                 raise OmnigentError(f"the host daemon (pid {self.daemon.pid}) is not connected to "

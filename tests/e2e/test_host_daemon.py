@@ -101,13 +101,13 @@ def _launched(home: Path) -> list[tuple[str, str, int]]:
             re.findall(r"Launched runner (\S+) for workspace (\S+) \(pid=(\d+)\)", text)]
 
 
-def _ensure(server: str, home: Path, env: dict[str, str]):
+def _ensure(server: str, home: Path, env: dict[str, str], **kw):
     """`ensure_daemon` as the CLI runs it, in this process but with `env` as the environment."""
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
     try:
-        return trio.run(lambda: ensure_daemon(server, home=home, token=None))
+        return trio.run(lambda: ensure_daemon(server, home=home, token=None, **kw))
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -407,3 +407,29 @@ def test_a_killed_daemon_leaves_no_runner_and_is_replaced(server, home, mock_cre
     second = subprocess.run([sys.executable, "-m", "omnigent", "host", "--server", server, "--foreground"],
                             env=env, capture_output=True, text=True, timeout=30)
     assert second.returncode == 1 and f"already runs (pid {info.pid})" in second.stderr, second
+
+
+@pytest.mark.slow
+def test_unused_runner_ends_then_the_on_demand_daemon_leaves(server, home, mock_credentials_env,
+                                                             mock_llm_server_url, tmp_path):
+    # the daemon's idle clock starts with it too: 10 s leaves the -p run time to launch a runner
+    env = _env(mock_credentials_env, home, OMNIGENT_RUNNER_IDLE_TIMEOUT="1")
+    info = _ensure(server, home, env, idle_exit=10.0)
+    configure_mock_llm(mock_llm_server_url, [{"text": "IDLE_OK"}], key=MODEL)
+    done = _run_p(_agent(tmp_path), server, env, tmp_path)
+    assert done.returncode == 0 and "IDLE_OK" in done.stdout, done.stderr
+    ((runner_id, _, runner_pid),) = _launched(home)
+    deadline = time.monotonic() + 40
+    while _alive(info.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(info.pid) and not _alive(runner_pid)
+    log = "".join(p.read_text() for p in (home / ".omnigent/logs/host-daemon").glob("daemon-*.log"))
+    assert f"runner {runner_id} unused for" in log and "no runner for 10 s: leaving" in log
+    assert len(_launched(home)) == 1  # the idle runner was not replaced
+
+
+def test_bad_idle_timeout_is_one_line(server, home, mock_credentials_env, tmp_path):
+    env = _env(mock_credentials_env, home, OMNIGENT_RUNNER_IDLE_TIMEOUT="soon")
+    done = _run_p(_agent(tmp_path), server, env, tmp_path)
+    assert done.returncode == 1 and done.stderr.strip() == (
+        "Error: OMNIGENT_RUNNER_IDLE_TIMEOUT must be a number of seconds, not 'soon'")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,39 @@ def test_runner_env_allow_list():
     assert env == {"PATH": "/bin", "LC_ALL": "C", "SSL_CERT_FILE": "/ca", "OPENAI_X": "1",
                    "OMNIGENT_RUNNER_WAIT": "5", "MY_TOOL": "m", "OPENAI_API_KEY": "k",
                    "OMNIGENT_RUNNER_ENV_PASSTHROUGH": "MY_TOOL,OMNIGENT_SERVER_TOKEN"}
+
+
+async def test_serves_session_while_replacing_not_after_idle_end(tmp_path, ws, autojump_clock):
+    async def body(host, link, server, launcher):
+        host.allow_workspace(str(ws))
+        assert not host.serves_session("conv_1")
+        link.post(p.LaunchRunner(request_id="r1", session_id="conv_1", workspace=str(ws)))
+        await server.wait_for(p.LaunchResult)
+        assert host.serves_session("conv_1") and not host.serves_session("conv_2")
+        launcher.processes[0].crash()
+        await server.wait_for(p.RunnerExited)
+        assert host.serves_session("conv_1")  # between the crash and the replacement too
+        await server.wait_for(p.RunnerLaunched, 2)
+        await server.wait_for(p.RunnerExited, 2)  # the replacement, unused, ends
+        await trio.sleep(1)
+        assert not host.serves_session("conv_1")
+
+    await _run(tmp_path, body, idle_timeout=100)
+
+
+async def test_a_slow_start_is_not_idleness(tmp_path, ws, autojump_clock):
+    launcher = FakeLauncher()
+    host, link = _host(tmp_path, launcher, idle_timeout=10, startup_timeout=60)
+    server = FakeServer()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(serve_fake_server, link, server, online=False))  # no hello yet
+        await nursery.start(host.run)
+        host.allow_workspace(str(ws))
+        link.post(p.LaunchRunner(request_id="r1", session_id="s", workspace=str(ws)))
+        (result,) = await server.wait_for(p.LaunchResult)
+        await trio.sleep(30)  # importing for three idle timeouts
+        assert launcher.processes[0].alive
+        link.post(p.RunnerOnline(runner_id=result.runner_id))
+        await server.wait_for(p.RunnerExited)  # unused once online: it ends
+        assert trio.current_time() - 30 < 10 + 3 + 1
+        nursery.cancel_scope.cancel()
