@@ -224,7 +224,8 @@ class _Bridge:
         reason = exc.reason
         self.closed_with = reason.code if reason is not None else None
         self.close_reason = (reason.reason or "") if reason is not None else ""
-        self.last_error = f"closed with code {self.closed_with}" + (f" ({self.close_reason})" if self.close_reason else "")
+        detail = f" ({self.close_reason})" if self.close_reason else ""
+        self.last_error = f"closed with code {self.closed_with}{detail}"
 
 
 def _why(exc: BaseException) -> str:

@@ -66,32 +66,40 @@ async def serve_host(state: ServerState, host_id: str, transport: Transport, sec
     except trio.TooSlowError:
         await transport.close(SILENT, "no hello")
         return
+    # what the host declares replaces what it registered with; nothing declared keeps that
     roots = [r for r in hello.workspace_roots if r.startswith("/") and "\0" not in r][:256]
     try:
-        generation = state.store.accept_host_link(host_id, workspace_roots=roots,
-                                                  capacity=max(0, hello.capacity))
+        generation = state.store.accept_host_link(host_id, workspace_roots=roots or None,
+                                                  capacity=hello.capacity if hello.capacity > 0 else None)
+        row = state.store.get_host(host_id) or row
     except sqlite3.Error as exc:
         log.error("host %s: could not store its link: %s", host_id, exc)
         await transport.close(1011, "the server could not store this link")
         return
     server_end, host_end = memory_link()
-    conn = HostConn(host_id, server_end, generation, name=hello.name[:200], pid=hello.pid,
-                    capacity=max(0, hello.capacity))
-    old = state.registry.attach_host(conn, roots)
+    conn = HostConn(host_id, server_end, generation, name=hello.name[:200] or row["name"], pid=hello.pid,
+                    capacity=row["capacity"])
+    old = state.registry.attach_host(conn, row["workspace_roots"])
     if old is not None:
         log.warning("host %s: a new link replaces the one of generation %d", host_id, old.generation)
         old.kick(REPLACED, "replaced by a newer link of this host")
     _claim_runners(state, host_id, hello.runners)
     log.info("host %s (%s, pid %d) linked, generation %d", host_id, conn.name or "unnamed", hello.pid, generation)
+    # why the link ends, (close code, reason); the first wins. The close is sent only once every
+    # task of the link has stopped, so nothing is ever sent on a closed websocket.
+    ending: list[tuple[int, str]] = []
     try:
         await transport.send(p.encode(p.HostHelloAck(ping_interval=state.ping_interval, generation=generation)))
         async with trio.open_nursery() as n:
-            n.start_soon(_close_on_shutdown, state, transport, n)
-            n.start_soon(_close_when_kicked, conn, transport, n)
+            n.start_soon(_end_on_shutdown, state, n, ending)
+            n.start_soon(_end_when_kicked, conn, n, ending)
             n.start_soon(_send_frames, transport, host_end, n)
-            n.start_soon(_ping, state, conn, transport, n)
-            n.start_soon(_receive_frames, conn, transport, host_end, n)
+            n.start_soon(_ping, state, conn, n, ending)
+            n.start_soon(_receive_frames, conn, transport, host_end, n, ending)
             n.start_soon(consume_host, state, server_end, host_id)
+        if ending:
+            with trio.move_on_after(1):
+                await transport.close(*ending[0])
     finally:
         state.registry.detach_host(conn)
         server_end.send.close()
@@ -113,7 +121,8 @@ def _claim_runners(state: ServerState, host_id: str, runner_ids: list[str]) -> N
             state.registry.runner_host[runner_id] = host_id
 
 
-async def _receive_frames(conn: HostConn, transport: Transport, host_end: LinkEnd, n: trio.Nursery) -> None:
+async def _receive_frames(conn: HostConn, transport: Transport, host_end: LinkEnd, n: trio.Nursery,
+                          ending: list[tuple[int, str]]) -> None:
     try:
         while True:
             frame = p.decode(await transport.receive())
@@ -128,8 +137,7 @@ async def _receive_frames(conn: HostConn, transport: Transport, host_end: LinkEn
                 raise p.ProtocolError(f"a host may not send {frame.kind!r}")
     except p.ProtocolError as exc:
         log.warning("host %s: %s", conn.host_id, exc.reason)
-        with trio.move_on_after(1):
-            await transport.close(exc.close_code, exc.reason[:120])
+        ending.append((exc.close_code, exc.reason[:120]))
     n.cancel_scope.cancel()
 
 
@@ -139,7 +147,7 @@ async def _send_frames(transport: Transport, host_end: LinkEnd, n: trio.Nursery)
     n.cancel_scope.cancel()
 
 
-async def _ping(state: ServerState, conn: HostConn, transport: Transport, n: trio.Nursery) -> None:
+async def _ping(state: ServerState, conn: HostConn, n: trio.Nursery, ending: list[tuple[int, str]]) -> None:
     touched = trio.current_time()
     while True:
         await trio.sleep(state.ping_interval)
@@ -147,8 +155,7 @@ async def _ping(state: ServerState, conn: HostConn, transport: Transport, n: tri
         silent = now - conn.last_pong
         if silent > state.ping_interval * state.ping_allowance:
             log.warning("host %s: no answer to pings for %.1f s: offline", conn.host_id, silent)
-            with trio.move_on_after(1):
-                await transport.close(SILENT, "no answer to pings")
+            ending.append((SILENT, "no answer to pings"))
             n.cancel_scope.cancel()
             return
         conn.link.post(p.Ping(ts=now))
@@ -160,17 +167,15 @@ async def _ping(state: ServerState, conn: HostConn, transport: Transport, n: tri
                 pass
 
 
-async def _close_when_kicked(conn: HostConn, transport: Transport, n: trio.Nursery) -> None:
+async def _end_when_kicked(conn: HostConn, n: trio.Nursery, ending: list[tuple[int, str]]) -> None:
     await conn.kicked.wait()
-    with trio.move_on_after(1):
-        await transport.close(conn.kick_code, conn.kick_reason)
+    ending.append((conn.kick_code, conn.kick_reason))
     n.cancel_scope.cancel()
 
 
-async def _close_on_shutdown(state: ServerState, transport: Transport, n: trio.Nursery) -> None:
+async def _end_on_shutdown(state: ServerState, n: trio.Nursery, ending: list[tuple[int, str]]) -> None:
     await state.shutting_down.wait()
-    with trio.move_on_after(1):
-        await transport.close(1001, "server shutting down")  # not 1006 after a 3 s hang (G1)
+    ending.append((1001, "server shutting down"))  # not 1006 after a 3 s hang (G1)
     n.cancel_scope.cancel()
 
 

@@ -159,8 +159,8 @@ def register(app: Any, state: ServerState) -> None:
         await websocket.accept()
         try:
             await serve_host(state, host_id, _Transport(), bearer(websocket.headers.get("Authorization")))
-        except _DISCONNECTED:
-            pass  # the host went away (quart 0.23 raises this; 0.22 cancels the handler)
+        except* (ConnectionError, *_DISCONNECTED):
+            pass  # the host went away (quart 0.23 raises on receive; 0.22 cancels the handler)
 
     app.add_url_rule("/v1/hosts", "hosts_create", create_host, methods=["POST"])
     app.add_url_rule("/v1/hosts", "hosts_list", list_hosts, methods=["GET"])
@@ -181,14 +181,25 @@ def _absolute(path: Any) -> bool:
 
 
 class _Transport:
+    """quart's websocket as a `runner_link.Transport`; a peer that is gone is a ConnectionError."""
+
     async def receive(self):
         return await websocket.receive()
 
     async def send(self, text: str) -> None:
-        await websocket.send(text)
+        try:
+            await websocket.send(text)
+        except Exception as exc:  # hypercorn's UnexpectedMessageError: the peer closed meanwhile
+            if type(exc).__name__ != "UnexpectedMessageError":
+                raise
+            raise ConnectionError("the host closed the link") from None
 
     async def close(self, code: int, reason: str) -> None:
-        await websocket.close(code, reason)
+        try:
+            await websocket.close(code, reason)
+        except Exception as exc:
+            if type(exc).__name__ != "UnexpectedMessageError":
+                raise
 
 
 def _disconnected() -> tuple[type[BaseException], ...]:

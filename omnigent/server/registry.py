@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -140,7 +141,8 @@ def within(path: str, root: str) -> bool:
 
 
 class RunnerRegistry:
-    def __init__(self, *, host_grace: float = 10.0) -> None:
+    def __init__(self, *, host_grace: float = 10.0,
+                 host_lookup: Callable[[str], tuple[bool, str | None]] | None = None) -> None:
         self.online: dict[str, RunnerConn] = {}
         self.departed: dict[str, Departure] = {}
         self.pids: dict[str, int] = {}
@@ -150,6 +152,9 @@ class RunnerRegistry:
         self.runner_host: dict[str, str] = {}       # runner id -> the host that launched it
         self.host_roots: dict[str, list[str]] = {}  # workspace roots each host declared (kept offline)
         self.host_left_at: dict[str, float] = {}    # when each host's link last dropped
+        # (known, host id) of a runner's stored credential: after a server restart a runner may
+        # dial back before its host's link does, and must still count as that host's
+        self._host_lookup = host_lookup
         self._changed = trio.Event()
 
     def _notify(self) -> None:
@@ -166,7 +171,12 @@ class RunnerRegistry:
 
     def host_of(self, runner_id: str) -> str:
         """The host that launched `runner_id`; one not announced by any link counts as in-process."""
-        return self.runner_host.get(runner_id, LOCAL_HOST)
+        host_id = self.runner_host.get(runner_id)
+        if host_id is None and self._host_lookup is not None:
+            known, stored = self._host_lookup(runner_id)
+            if known:
+                host_id = self.runner_host[runner_id] = stored or LOCAL_HOST
+        return host_id or LOCAL_HOST
 
     def may_serve(self, runner_id: str, affinity: Affinity) -> bool:
         host_id, workspace = affinity

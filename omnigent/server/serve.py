@@ -85,7 +85,7 @@ async def run_server(
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             hub = EventHub()
-            registry = RunnerRegistry(host_grace=host_grace)
+            registry = RunnerRegistry(host_grace=host_grace, host_lookup=store.runner_host)
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
                                 max_losses=max_losses, max_attempts=max_attempts)
             state = ServerState(store, hub, registry, turns, token, guard=guard,

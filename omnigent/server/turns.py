@@ -36,13 +36,15 @@ from ..store import Store
 from .history import build_history
 from .claims import ClaimLost, Claims
 from .hub import EventHub
-from .registry import RunnerConn, RunnerRegistry
+from .registry import Affinity, RunnerConn, RunnerRegistry
 
 log = logging.getLogger("omnigent.server.turns")
 
 
 class NoRunner(Exception):
-    pass
+    def __init__(self, message: str, code: str = "runner_unavailable") -> None:
+        super().__init__(message)
+        self.code = code  # host_unavailable: the session's host is offline past its grace
 
 
 class TurnService:
@@ -118,9 +120,9 @@ class TurnService:
 
     def runner_joined(self, conn: RunnerConn) -> None:
         """A new runner (with the others online) adopts the sessions of runners lost while none could."""
-        for old in list(self._unadopted):
-            self._spread(old)
-        self._unadopted.clear()
+        unadopted, self._unadopted = list(self._unadopted), set()
+        for old in unadopted:
+            self._spread(old)  # puts back a runner whose sessions still have nowhere to go (affinity)
 
     async def _handle_loss(self, runner_id: str) -> None:
         # the host's exit report (code or signal) says more than a dropped socket, within ms
@@ -152,7 +154,11 @@ class TurnService:
         for session_id in self.store.conversations_for_runner(old):
             if not loads or self.claims.held_elsewhere(session_id):
                 continue
-            conn = _least_loaded(loads)
+            mine = self._eligible(session_id, loads)  # hosts: only where the session may run
+            if not mine:
+                self._unadopted.add(old)  # its host's next runner takes it (runner_joined)
+                continue
+            conn = _least_loaded(mine)
             if not self.store.bind_runner(session_id, conn.runner_id, expected=old):
                 continue  # rebound meanwhile (another process holding its claim)
             bound, running, at, _ = loads[conn.runner_id]
@@ -167,6 +173,16 @@ class TurnService:
         self._handled.add(old)
         if moved:
             self.registry.notify_changed()  # workers waiting in _runner_for re-read their binding
+
+    def _affinity(self, session_id: str) -> Affinity:
+        conv = self.store.get_conversation(session_id) or {}
+        return Affinity(self.store.conversation_host(session_id), conv.get("workspace"))
+
+    def _eligible(self, session_id: str, loads: dict[str, tuple[int, int, float, RunnerConn]]
+                  ) -> dict[str, tuple[int, int, float, RunnerConn]]:
+        """The part of `loads` this session may be placed on (registry.may_serve)."""
+        affinity = self._affinity(session_id)
+        return {rid: load for rid, load in loads.items() if self.registry.may_serve(rid, affinity)}
 
     def _loads(self) -> dict[str, tuple[int, int, float, RunnerConn]]:
         """Each placeable runner's load: (sessions bound, turns running, connected at, the runner)."""
@@ -214,7 +230,7 @@ class TurnService:
                 conn = await self._runner_for(session_id)
             except NoRunner as exc:
                 self._retrying.discard(session_id)
-                self._fail(session_id, turn_id, "runner_unavailable", str(exc))
+                self._fail(session_id, turn_id, exc.code, str(exc))
                 return
             self._retrying.discard(session_id)
             outcome = await self._attempt(session_id, turn_id, conn)
@@ -301,26 +317,42 @@ class TurnService:
     # --- helpers -------------------------------------------------------------
 
     async def _runner_for(self, session_id: str) -> RunnerConn:
-        """The session's runner if online, else bind the least loaded (compare-and-set), waiting a bounded time."""
+        """The session's runner if online, else bind the least loaded (compare-and-set), waiting a bounded time.
+
+        A session pinned to a host whose link is down waits at least until that host's grace
+        ends; then it fails with `host_unavailable` (server/registry.py, affinity).
+        """
         with trio.move_on_after(self.runner_wait):
-            while True:
-                conv = self.store.get_conversation(session_id)
-                bound = conv.get("runner_id") if conv else None
-                if bound and bound in self.registry.online:
-                    return self.registry.online[bound]
-                # a runner lost in this server's life is replaced by runner_left/joined
-                # (with the notices); only unbound, stale or left-behind bindings are taken here
-                adoptable = bound is None or bound not in self.registry.departed or bound in self._handled
-                loads = self._loads() if adoptable else {}
-                if loads:
-                    conn = _least_loaded(loads)
-                    if self.store.bind_runner(session_id, conn.runner_id, expected=bound):
-                        return conn
-                    continue  # someone else rebound it: re-read
-                if self.registry.gave_up:
-                    raise NoRunner(f"runners cannot stay up: {self.registry.gave_up}")
-                await self.registry.wait_changed()
+            return await self._find_runner(session_id)
+        host_id = self._affinity(session_id).host_id
+        grace_end = self.registry.grace_end(host_id)
+        if grace_end is not None and grace_end > trio.current_time():
+            with trio.move_on_at(grace_end):
+                return await self._find_runner(session_id)
+        if host_id is not None and not self.registry.host_online(host_id):
+            raise NoRunner(f"host {host_id} is unavailable: its link is down and no runner of it "
+                           f"came online within {self.runner_wait:g} s", "host_unavailable")
         raise NoRunner(f"no runner came online within {self.runner_wait:g} s")
+
+    async def _find_runner(self, session_id: str) -> RunnerConn:
+        while True:
+            conv = self.store.get_conversation(session_id)
+            bound = conv.get("runner_id") if conv else None
+            if bound and bound in self.registry.online:
+                return self.registry.online[bound]
+            # a runner lost in this server's life is replaced by runner_left/joined
+            # (with the notices); only unbound, stale or left-behind bindings are taken here
+            adoptable = bound is None or bound not in self.registry.departed or bound in self._handled
+            adoptable = adoptable and not self.registry.launching(bound)  # a host is starting it for us
+            loads = self._eligible(session_id, self._loads()) if adoptable else {}
+            if loads:
+                conn = _least_loaded(loads)
+                if self.store.bind_runner(session_id, conn.runner_id, expected=bound):
+                    return conn
+                continue  # someone else rebound it: re-read
+            if self.registry.gave_up:
+                raise NoRunner(f"runners cannot stay up: {self.registry.gave_up}")
+            await self.registry.wait_changed()
 
     def _history(self, session_id: str, input_item_id: str) -> list[dict[str, Any]]:
         return build_history(self.store.list_items(session_id), input_item_id)

@@ -67,6 +67,11 @@ class HostsMixin(Tables):
         with self._write():
             self.db.execute("UPDATE hosts SET last_seen_at = ? WHERE id = ?", [self._clock(), host_id])
 
+    def runner_host(self, runner_id: str) -> tuple[bool, str | None]:
+        """(whether a credential of this runner id is stored, the host that sent it)."""
+        row = self._one("SELECT host_id FROM runner_credentials WHERE runner_id = ?", [runner_id])
+        return (row is not None, row["host_id"] if row else None)
+
     def conversation_host(self, conv_id: str) -> str | None:
         return self._scalar("SELECT host_id FROM conversations WHERE id = ?", [conv_id])
 

@@ -118,7 +118,8 @@ async def run_tree(
             server = await nursery.start(lambda task_status: run_server(
                 store, sock, token=token, host_links=[server_end], runner_wait=tuning.runner_wait,
                 max_losses=tuning.turn_losses, ping_interval=tuning.ping_interval,
-                ping_allowance=tuning.ping_allowance, host_grace=tuning.host_grace, allow_hosts=allow_hosts, task_status=task_status))
+                ping_allowance=tuning.ping_allowance, host_grace=tuning.host_grace, allow_hosts=allow_hosts,
+                task_status=task_status))
             front_scope = trio.CancelScope()
 
             async def on_signals() -> None:

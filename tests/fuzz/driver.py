@@ -62,7 +62,12 @@ async def make_targets(base_url: str, token: str) -> Targets:
         sid = created["session_id"]
         posted = (await http.post(f"/v1/sessions/{sid}/events", json={
             "type": "message", "data": {"role": "user", "content": "hello"}})).json()
-    return Targets(session_id=sid, agent_id=created["agent_id"], item_id=posted["item_id"], token=token)
+        host = (await http.post("/v1/hosts", json={"name": "fuzz", "workspace_roots": ["/srv"]})).json()
+        spare = (await http.post("/v1/hosts", json={"name": "spare"})).json()
+        uploaded = (await http.post(f"/v1/sessions/{sid}/files", files={"file": ("a.txt", b"fuzz")})).json()
+    return Targets(session_id=sid, agent_id=created["agent_id"], item_id=posted["item_id"], token=token,
+                   host_id=host["host_id"], host_secret=host["host_secret"], spare_host_id=spare["host_id"],
+                   file_id=uploaded["id"])
 
 
 def check_http(tally: Tally, where: str, status: int, body: bytes, method: str) -> None:
@@ -132,7 +137,7 @@ async def run_ws(base_url: str, case: WsCase, tally: Tally, where: str) -> None:
     if closed is None:
         tally.ws["open"] += 1
         if case.expect_close:
-            tally.failures.append(f"{where}: the server kept a runner websocket open after a bad frame")
+            tally.failures.append(f"{where}: the server kept a {case.kind} websocket open after a bad frame")
         return
     tally.ws[f"closed {closed}"] += 1
     if closed not in OK_CLOSES and not 4000 <= closed < 5000:

@@ -9,6 +9,7 @@ size and stall cases that need a real socket (hypercorn's own limits).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
@@ -40,6 +41,10 @@ class Targets:
     item_id: str
     token: str
     host: str = "127.0.0.1"
+    host_id: str = "host_" + "0" * 32      # a registered host (its websocket, its launches)
+    host_secret: str = ""
+    spare_host_id: str = "host_" + "1" * 32  # the one DELETE may revoke (host_id stays usable)
+    file_id: str = "file_nope"             # a file uploaded to session_id
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class HttpCase:
 
 @dataclass(frozen=True)
 class WsCase:
-    kind: Literal["session", "runner"]
+    kind: Literal["session", "runner", "host"]
     path: str
     headers: tuple[tuple[str, str], ...]
     messages: tuple[str | bytes, ...]
@@ -91,6 +96,12 @@ def _templates(rule: str, t: Targets) -> list[dict]:
                 {"model_override": "m2"}, {"title": None, "model_override": None}]
     if rule == "/v1/sessions":
         return [{"agent_id": t.agent_id}, {"agent_id": t.agent_id, "title": "x", "reasoning_effort": "low"}]
+    if rule == "/v1/hosts":
+        return [{"name": "h", "workspace_roots": ["/srv", "/home/u/w"], "capacity": 2}, {"name": "x"},
+                {"workspace_roots": []}, {"capacity": 0}]
+    if rule == "/v1/hosts/<host_id>/runners":
+        return [{"session_id": t.session_id, "workspace": "/srv/w"}, {"session_id": t.session_id},
+                {"workspace": "/tmp"}]
     return [{}]
 
 
@@ -242,9 +253,14 @@ def _multipart_body(rng: random.Random, t: Targets) -> tuple[bytes, str, str]:
 # --- cases ------------------------------------------------------------------------
 
 
-def _fill(rule: str, rng: random.Random, t: Targets) -> str:
+def _fill(rule: str, rng: random.Random, t: Targets, extra: random.Random | None = None) -> str:
+    """The rule with real ids (mostly) or junk; host and file ids are drawn from `extra`, so the
+    inputs of the routes that existed before them stay what they were for a given seed."""
     out = rule
-    for name, good in (("<session_id>", t.session_id), ("<runner_id>", "runner_fuzz")):
+    for name, good in (("<session_id>", t.session_id), ("<runner_id>", "runner_fuzz"), ("<host_id>", t.host_id),
+                       ("<file_id>", t.file_id)):
+        if name in ("<host_id>", "<file_id>") and extra is not None:
+            rng = extra
         if name in out:
             value = good if rng.random() < 0.6 else rng.choice(JUNK_IDS)
             out = out.replace(name, quote(value, safe="") if rng.random() < 0.9 else value.replace("/", "%2F"))
@@ -265,41 +281,56 @@ def _query(rng: random.Random, t: Targets) -> str:
     return "?" + "&".join(pairs)
 
 
-def _headers(rng: random.Random, t: Targets, ctype: str | None) -> tuple[tuple[str, str], ...]:
+def _headers(rng: random.Random, t: Targets, ctype: str | None, auth_share: float = 0.05
+             ) -> tuple[tuple[str, str], ...]:
     headers = [("Host", t.host if rng.random() < 0.95 else rng.choice(["evil.example", "", "127.0.0.1:1"]))]
     if ctype is not None:
         headers.append(("Content-Type", ctype))
     if rng.random() < 0.1:
         headers.append(("Origin", rng.choice(ORIGINS)))
-    if rng.random() < 0.05:
-        headers.append(("Authorization", rng.choice([f"Bearer {t.token}", "Bearer nope", "Basic x", "Bearer"])))
+    if rng.random() < auth_share:
+        value = rng.choice([f"Bearer {t.token}", "Bearer nope", "Basic x", "Bearer"])
+        if auth_share > 0.5 and rng.random() < 0.8:  # aiming past the token check: mostly the right one
+            value = f"Bearer {t.token}"
+        headers.append(("Authorization", value))
     return tuple(headers)
 
 
-def case(seed: int, index: int, routes: list[Route], t: Targets) -> HttpCase | WsCase:
-    """The `index`-th input of `seed`: one request, or one websocket conversation."""
+def case(seed: int, index: int, routes: list[Route], t: Targets, *, ws_share: float = WS_SHARE,
+         auth_share: float = 0.05) -> HttpCase | WsCase:
+    """The `index`-th input of `seed`: one request, or one websocket conversation.
+
+    `auth_share` of the requests carry an Authorization header (the client token, mostly).
+    """
+    headers = functools.partial(_headers, auth_share=auth_share)
     rng = random.Random(f"{seed}:{index}")
+    extra = random.Random(f"{seed}:{index}:hosts")  # draws added with the host routes (see _fill)
     sockets = [r for r in routes if r.websocket]
     # websockets are a few percent of the inputs: each one costs a real connection
-    route = rng.choice(sockets if sockets and rng.random() < WS_SHARE else [r for r in routes if not r.websocket])
+    route = rng.choice(sockets if sockets and rng.random() < ws_share else [r for r in routes if not r.websocket])
     if route.websocket:
-        return _ws_case(rng, route, t)
-    path = _fill(route.rule, rng, t)
+        return _ws_case(rng, route, t, extra)
+    path = _fill(route.rule, rng, t, extra)
     method = rng.choice(sorted(route.methods - {"OPTIONS"})) if rng.random() < 0.85 else rng.choice(METHODS)
+    if method == "DELETE":  # the host the other inputs aim at stays registered
+        path = path.replace(t.host_id, t.spare_host_id)
     if route.rule.endswith("/stream") and method in ("GET", "HEAD") and t.session_id in path:
         path = path.replace(t.session_id, "conv_nope")  # a live stream never ends: only its refusals here
     label = f"{method} {route.rule}"
     if method in ("GET", "HEAD", "DELETE", "OPTIONS", "TRACE"):
         body = b"" if rng.random() < 0.9 else b'{"x": 1}'
-        return HttpCase(method, path + _query(rng, t), _headers(rng, t, None if not body else JSON), body,
+        return HttpCase(method, path + _query(rng, t), headers(rng, t, None if not body else JSON), body,
                         label + " query")
     if route.rule in ("/v1/sessions", "/v1/agents") and rng.random() < 0.5:
         body, ctype, what = _multipart_body(rng, t)
-        return HttpCase(method, path, _headers(rng, t, ctype), body, f"{label} {what}")
+        return HttpCase(method, path, headers(rng, t, ctype), body, f"{label} {what}")
+    if route.rule.endswith("/files") and extra.random() < 0.7:
+        body, ctype, what = _file_body(extra)
+        return HttpCase(method, path, headers(rng, t, ctype), body, f"{label} {what}")
     body, what = _json_body(rng, route.rule, t)
     ctype = JSON if rng.random() < 0.85 else rng.choice(CONTENT_TYPES + [None])
     return HttpCase(method, path + _query(rng, t) if rng.random() < 0.1 else path,
-                    _headers(rng, t, ctype), body, f"{label} {what} as {ctype}")
+                    headers(rng, t, ctype), body, f"{label} {what} as {ctype}")
 
 
 def _frame_junk(rng: random.Random, runner_id: str) -> tuple[str | bytes, str]:
@@ -333,11 +364,107 @@ def _frame_junk(rng: random.Random, runner_id: str) -> tuple[str | bytes, str]:
     return "", "empty"
 
 
-def _ws_case(rng: random.Random, route: Route, t: Targets) -> WsCase:
-    path = _fill(route.rule, rng, t)
+def _file_body(rng: random.Random) -> tuple[bytes, str, str]:
+    """A file upload: right or wrong part names, odd file names, sizes around the limit."""
+    ctype = "multipart/form-data; boundary=fuzzb"
+    names = ["notes.txt", "", "../../etc/passwd", "a\\b.txt", "x" * 300, "\x01bell", "ok.bin", "😀.txt", " "]
+    roll = rng.randrange(8)
+    if roll < 4:
+        name = rng.choice(names)
+        data = rng.choice([b"hello", b"", bytes(range(256)), b"x" * (64 * 1024)])
+        return _multipart([("file", name, data)]), ctype, f"file {name[:20]!r} of {len(data)} bytes"
+    if roll == 4:
+        return _multipart([("other", "a.txt", b"x")]), ctype, "no file part"
+    if roll == 5:
+        return _multipart([("file", None, b"x")]), ctype, "file as a field"
+    if roll == 6:
+        return _multipart([("file", "a.txt", b"x")] * 50), ctype, "50 file parts"
+    return b"--fuzzb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nabc", \
+        rng.choice([ctype, "multipart/form-data"]), "broken file framing"
+
+
+def _host_frame_junk(rng: random.Random, host_id: str) -> tuple[str | bytes, bool, str]:
+    """(message, valid after a good hello, label): the frames a host may send, and many it may not."""
+    kind = rng.randrange(14)
+    rid = f"runner_fuzz{rng.randrange(1000)}"
+    if kind == 0:
+        return json.dumps({"kind": "host.runner_credential", "runner_id": rid, "secret_hash": "0" * 64}), True, \
+            "credential"
+    if kind == 1:
+        return json.dumps({"kind": "host.runner_launched", "runner_id": rid, "pid": 5}), True, "launched (not its own)"
+    if kind == 2:
+        return json.dumps({"kind": "host.runner_exited", "runner_id": rid, "code": 1, "signal": None,
+                           "reason": "exited", "gave_up": rng.random() < 0.5}), True, "exited (not its own)"
+    if kind == 3:
+        return json.dumps({"kind": "host.launch_result", "request_id": "launch_nope", "runner_id": rid}), True, \
+            "stray launch result"
+    if kind == 4:
+        return json.dumps({"kind": rng.choice(["pong", "ping"]), "ts": 1.0}), True, "ping/pong"
+    if kind == 5:
+        return json.dumps(_host_hello(host_id)), False, "a second hello"
+    if kind == 6:
+        return json.dumps({"kind": rng.choice(["host.hello_ack", "host.launch_runner", "host.kill_runner",
+                                               "host.runner_online", "turn.start", "hello"]),
+                           "request_id": "r", "runner_id": rid}), False, "a server's frame"
+    if kind == 7:
+        return json.dumps({"kind": "host.runner_credential", "runner_id": rid,
+                           "secret_hash": rng.choice(JUNK_VALUES)}), False, "credential with junk"
+    if kind == 8:
+        return '{"kind": "host.runner_credential", "x": ' + _deep(rng.choice([65, 1000]), rng) + "}", False, \
+            "deep frame"
+    if kind == 9:
+        return b"\xff\xfe\x00binary", False, "binary"
+    if kind == 10:
+        return "[" + ",".join(["0"] * 1_000_001) + "]", False, "a million values"
+    if kind == 11:
+        return json.dumps({"kind": "host.runner_exited", "runner_id": rid}), False, "exited missing fields"
+    if kind == 12:
+        return "not json", False, "not json"
+    return "", False, "empty"
+
+
+def _host_hello(host_id: str) -> dict:
+    return {"kind": "host.hello", "host_id": host_id, "pid": 1, "protocol_version": 1, "name": "fuzz",
+            "workspace_roots": ["/srv"], "runners": [], "capacity": 0}
+
+
+def _host_ws_case(rng: random.Random, path: str, headers: list[tuple[str, str]], t: Targets) -> WsCase:
+    """A host link: its secret or not, a hello or not, then frames in or out of order."""
+    authorized = rng.random() < 0.8
+    if rng.random() < 0.85:
+        headers.append(("Authorization", f"Bearer {t.host_secret}" if authorized else
+                        rng.choice(["Bearer nope", f"Bearer {t.token}", "Basic x", "Bearer"])))
+    else:
+        authorized = False
+    host_id = path.rsplit("/", 2)[-2]
+    first = rng.randrange(8)
+    hello = _host_hello(host_id)
+    if first < 4:
+        opening, ok, label = json.dumps(hello), True, "hello"
+    elif first == 4:
+        opening, ok, label = json.dumps({**hello, "protocol_version": 99}), False, "hello v99"
+    elif first == 5:
+        opening, ok, label = json.dumps({**hello, "host_id": "host_other"}), False, "hello for another id"
+    elif first == 6:
+        broken = dict(hello)
+        broken[rng.choice(sorted(broken))] = rng.choice(JUNK_VALUES)
+        opening, ok, label = json.dumps(broken), False, "hello junk field"
+    else:
+        opening, ok, label = _host_frame_junk(rng, host_id)[0], False, "no hello first"
+    rest = [_host_frame_junk(rng, host_id) for _ in range(rng.randrange(0, 3))]
+    valid = (authorized and host_id == t.host_id and ok and all(v for _m, v, _l in rest)
+             and not any(h[0] == "Origin" and h[1] not in ("", "omnigent://internal") for h in headers))
+    return WsCase("host", path, tuple(headers), (opening, *(m for m, _v, _l in rest)),
+                  "host ws: " + ", ".join([label] + [lab for _m, _v, lab in rest]), expect_close=not valid)
+
+
+def _ws_case(rng: random.Random, route: Route, t: Targets, extra: random.Random | None = None) -> WsCase:
+    path = _fill(route.rule, rng, t, extra)
     headers = [("Host", t.host)]
     if rng.random() < 0.2:
         headers.append(("Origin", rng.choice(ORIGINS)))
+    if route.rule.endswith("/hosts/<host_id>/ws"):
+        return _host_ws_case(rng, path, headers, t)
     if route.rule.endswith("/runners/<runner_id>/ws"):
         if rng.random() < 0.8:
             headers.append(("Authorization", f"Bearer {t.token}" if rng.random() < 0.8 else "Bearer nope"))
@@ -381,4 +508,12 @@ def heavy_cases(t: Targets) -> list[HttpCase | WsCase]:
         WsCase("runner", "/v1/runners/runner_deep/ws", host + (("Authorization", f"Bearer {t.token}"),),
                ("[" * (8 * 1024 * 1024) + "]" * (8 * 1024 * 1024 - 1),), "16 MiB deep runner frame",
                expect_close=True),
+        WsCase("host", f"/v1/hosts/{t.host_id}/ws", host + (("Authorization", f"Bearer {t.host_secret}"),),
+               (json.dumps(_host_hello(t.host_id)), "x" * (17 * 1024 * 1024)), "17 MiB host frame",
+               expect_close=True),
+        WsCase("host", f"/v1/hosts/{t.host_id}/ws", host + (("Authorization", f"Bearer {t.host_secret}"),),
+               ("[" * (8 * 1024 * 1024) + "]" * (8 * 1024 * 1024 - 1),), "16 MiB deep host hello",
+               expect_close=True),
+        HttpCase("POST", "/v1/hosts", host + (("Content-Type", JSON),),
+                 json.dumps({"workspace_roots": ["/" + "x" * 4000] * 5000}).encode(), "20 MB of roots"),
     ]

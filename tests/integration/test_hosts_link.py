@@ -12,7 +12,7 @@ import os
 import httpx
 import pytest
 import trio
-from trio_websocket import ConnectionClosed, open_websocket_url
+from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
 import protocol as p
 from omnigent.host.ws_link import HostRevoked, host_ws_url, run_host_link
@@ -104,3 +104,74 @@ async def test_wrong_secret_is_4003(server):
     server_end, _ = memory_link()
     with trio.fail_after(10), pytest.raises(HostRevoked):
         await run_host_link(server.url, host_id, mint_secret(), server_end, hello_for(host_id))
+
+
+async def test_host_bodies_are_strict(server):
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        for body in ({"name": 5}, {"workspace_roots": "/srv"}, {"workspace_roots": ["relative"]},
+                     {"capacity": -1}, {"capacity": True}, {"capacity": 1.5}, {"bogus": 1}, [1]):
+            r = await http.post("/v1/hosts", json=body)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_input", (body, r.text)
+        r = await http.post("/v1/hosts", content=b"{}", headers={"Content-Type": "text/plain"})
+        assert r.status_code == 415
+        for method, path in (("GET", "/v1/hosts/host_nope"), ("DELETE", "/v1/hosts/host_nope"),
+                             ("GET", "/v1/hosts/nope"), ("POST", "/v1/hosts/host_nope/runners")):
+            r = await http.request(method, path, json={} if method == "POST" else None)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", (method, path)
+        host_id, _ = await register(server)
+        r = await http.post(f"/v1/hosts/{host_id}/runners", json={"workspace": "rel"})
+        assert r.status_code == 400
+        r = await http.post(f"/v1/hosts/{host_id}/runners", json={"extra": 1})
+        assert r.status_code == 400
+
+
+async def test_sessions_record_their_host(server, tmp_path):
+    from omnigent.agents import bundle_bytes
+
+    agent = tmp_path / "a.yaml"
+    agent.write_text("name: host_agent\nprompt: p\nexecutor:\n  model: m\n")
+    host_id, _ = await register(server)
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        meta = '{"host_id": "%s", "workspace": "/srv/w"}' % host_id
+        r = await http.post("/v1/sessions", data={"metadata": meta},
+                            files={"bundle": ("a.tar.gz", bundle_bytes(agent))})
+        assert r.status_code == 201, r.text
+        sid = r.json()["session_id"]
+        got = (await http.get(f"/v1/sessions/{sid}")).json()
+        assert got["host_id"] == host_id and got["workspace"] == "/srv/w"
+        r = await http.post("/v1/sessions", json={"agent_id": r.json()["agent_id"]})
+        assert (await http.get(f"/v1/sessions/{r.json()['id']}")).json()["host_id"] is None
+        r = await http.post("/v1/sessions", data={"metadata": '{"host_id": "host_nope"}'},
+                            files={"bundle": ("a.tar.gz", bundle_bytes(agent))})
+        assert r.status_code == 404
+        r = await http.post("/v1/sessions", data={"metadata": '{"host_id": 5}'},
+                            files={"bundle": ("a.tar.gz", bundle_bytes(agent))})
+        assert r.status_code == 400
+
+
+async def test_browsers_cannot_open_the_host_websocket(server):
+    host_id, secret = await register(server)
+    url = host_ws_url(server.url, host_id)
+    for origin in ("https://evil.example", "null"):
+        with pytest.raises(ConnectionRejected) as refused:
+            async with open_websocket_url(url, extra_headers=[("Authorization", f"Bearer {secret}"),
+                                                              ("Origin", origin)]):
+                pass
+        assert refused.value.status_code == 403
+
+
+async def test_the_in_process_host_is_listed_and_cannot_be_revoked(nursery, tmp_path):
+    store = Store(tmp_path / "chat.db")
+    server_end, _host_end = memory_link()
+    handle = await nursery.start(lambda task_status: run_server(
+        store, bind_socket(), token=None, host_links=[server_end], task_status=task_status))
+    try:
+        async with httpx.AsyncClient(base_url=handle.url) as http:
+            listed = (await http.get("/v1/hosts")).json()["data"]
+            assert [h["host_id"] for h in listed] == ["host_local"] and listed[0]["online"] is True
+            assert (await http.get("/v1/hosts/host_local")).json()["status"] == "online"
+            r = await http.delete("/v1/hosts/host_local")
+            assert r.status_code == 403
+    finally:
+        await handle.aclose()
+        store.close()
