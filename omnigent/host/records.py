@@ -33,7 +33,10 @@ from ..config.dirs import FILE_MODE, private_dir
 
 
 def normalize_url(url: str) -> str:
-    """`HTTP://Host:80/x/` and `http://host/x` name one server: lowercase scheme and host, no default port, no trailing /."""
+    """`HTTP://Host:80/x/` and `http://host/x` name one server.
+
+    Lowercase scheme and host, no default port, no trailing slash.
+    """
     parts = urlsplit(url.strip())
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
