@@ -90,6 +90,8 @@ async def serve_host(state: ServerState, host_id: str, transport: Transport, sec
     ending: list[tuple[int, str]] = []
     try:
         await transport.send(p.encode(p.HostHelloAck(ping_interval=state.ping_interval, generation=generation)))
+        for runner_id in state.registry.host_runners(host_id):  # told again: it may have said hello
+            conn.link.post(p.RunnerOnline(runner_id=runner_id))  # while this host's link was down
         async with trio.open_nursery() as n:
             n.start_soon(_end_on_shutdown, state, n, ending)
             n.start_soon(_end_when_kicked, conn, n, ending)
@@ -177,6 +179,23 @@ async def _end_on_shutdown(state: ServerState, n: trio.Nursery, ending: list[tup
     await state.shutting_down.wait()
     ending.append((1001, "server shutting down"))  # not 1006 after a 3 s hang (G1)
     n.cancel_scope.cancel()
+
+
+def revoke_host(state: ServerState, host_id: str) -> None:
+    """`DELETE /v1/hosts/{id}`: its secret and its runners' secrets open nothing any more.
+
+    Its live link is closed with 4003 and its runners online are dropped (their sessions move
+    on as after any runner loss); a runner that dials back is refused with 4003.
+    """
+    state.store.revoke_host(host_id)
+    state.store.revoke_host_runner_credentials(host_id)
+    conn = state.registry.hosts.get(host_id)
+    if conn is not None:
+        conn.kick(WRONG_SECRET, "host revoked")
+    for runner_id in state.registry.host_runners(host_id):
+        runner = state.registry.online.get(runner_id)
+        if runner is not None:
+            state.registry.unregister(runner, "its host was revoked")  # its connection ends
 
 
 # --- what a host's frames do ------------------------------------------------------

@@ -5,7 +5,8 @@
 - `GET /v1/hosts`, `GET /v1/hosts/{id}`: online or offline, its online runners, capacity,
   roots, generation. A revoked host is not found. The in-process host (`host_local`) is
   listed while this server has one.
-- `DELETE /v1/hosts/{id}`: revoked; its live link is closed with 4003.
+- `DELETE /v1/hosts/{id}`: revoked; its live link is closed with 4003, its runners are dropped
+  and their secrets revoked (their sessions move on as after any runner loss).
 - `POST /v1/hosts/{id}/runners {session_id?, workspace?}`: a `LaunchRunner` on that host's
   link, then (at most `state.launch_timeout` s) its `LaunchResult`. On success the session is
   bound to the new runner (online or not yet: a turn waits for it) and records the host and
@@ -29,6 +30,7 @@ import protocol as p
 from ..link.runner_secrets import bearer, hash_secret, mint_secret
 from .bodies import json_body
 from .errors import ApiError, invalid, not_found
+from .host_link import revoke_host as revoke
 from .host_link import serve_host
 from .registry import LOCAL_HOST
 from .state import ServerState
@@ -96,10 +98,7 @@ def register(app: Any, state: ServerState) -> None:
         if host_id == LOCAL_HOST:
             raise ApiError("forbidden", "the in-process host cannot be revoked")
         _live_host(host_id)
-        store.revoke_host(host_id)
-        conn = registry.hosts.get(host_id)
-        if conn is not None:
-            conn.kick(4003, "host revoked")
+        revoke(state, host_id)
         return {"host_id": host_id, "revoked": True}
 
     async def launch_runner(host_id: str):

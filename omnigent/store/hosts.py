@@ -50,6 +50,12 @@ class HostsMixin(Tables):
             return self.db.execute("UPDATE hosts SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
                                    [self._clock(), host_id]).rowcount == 1
 
+    def revoke_host_runner_credentials(self, host_id: str) -> int:
+        """The secrets of every runner this host launched open nothing any more; returns how many."""
+        with self._write():
+            return self.db.execute("UPDATE runner_credentials SET revoked_at = ? WHERE host_id = ?"
+                                   " AND revoked_at IS NULL", [self._clock(), host_id]).rowcount
+
     def accept_host_link(self, host_id: str, *, workspace_roots: list[str] | None = None,
                          capacity: int | None = None) -> int:
         """A link of this host was accepted: bump and return its generation, note what it declared."""

@@ -175,3 +175,29 @@ async def test_the_in_process_host_is_listed_and_cannot_be_revoked(nursery, tmp_
     finally:
         await handle.aclose()
         store.close()
+
+
+async def test_the_link_answers_pings_itself_and_stays_up(nursery, tmp_path):
+    store = Store(tmp_path / "chat.db")
+    handle = await nursery.start(lambda task_status: run_server(
+        store, bind_socket(), token=None, ping_interval=0.05, ping_allowance=3.0, task_status=task_status))
+    host_id, secret = await register(handle)
+    server_end, _host_end = memory_link()  # a pool that never reads or writes: the link still answers
+    scope = trio.CancelScope()
+
+    async def link(task_status=trio.TASK_STATUS_IGNORED):
+        with scope:
+            await run_host_link(handle.url, host_id, secret, server_end, hello_for(host_id), task_status=task_status)
+
+    try:
+        ack = await nursery.start(link)
+        conn = handle.state.registry.hosts[host_id]
+        first = conn.last_pong
+        with trio.fail_after(10):
+            while conn.last_pong < first + 20 * 0.05:  # pongs for 20 ping intervals, 3 allowed silent
+                await trio.sleep(0.05)
+        assert handle.state.registry.hosts[host_id] is conn and store.get_host(host_id)["generation"] == ack.generation
+    finally:
+        scope.cancel()
+        await handle.aclose()
+        store.close()

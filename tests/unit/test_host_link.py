@@ -14,7 +14,7 @@ import trio
 
 import protocol as p
 from omnigent.link.runner_secrets import hash_secret, mint_secret
-from omnigent.server.host_link import serve_host
+from omnigent.server.host_link import revoke_host, serve_host
 from omnigent.server.registry import LOCAL_HOST
 from tests.support.fake_runners import MemoryTransport, open_harness
 from tests.unit.test_runner_credentials import Peer, answer_of, terminal
@@ -319,3 +319,72 @@ async def test_a_pinned_session_of_a_host_that_is_up_but_has_no_runner_is_runner
         last = terminal(await h.until_terminal(pinned, turn["id"]), turn["id"])
         assert last["error"]["code"] == "runner_unavailable"
         assert trio.current_time() - start == 5.0
+
+
+async def test_revoking_a_host_closes_its_link_and_moves_its_sessions(tmp_path, autojump_clock):
+    async with open_harness(tmp_path, runners=0) as h:
+        a_id, a_secret = register(h)
+        b_id, b_secret = register(h)
+        a, b = await linked(h, a_id, a_secret), await linked(h, b_id, b_secret)
+        a1 = await a.launch("runner_a1", reply="from a")
+        sid = h.new_session()
+        assert await answer_of(h, sid, "one") == "from a"
+        await b.launch("runner_b1", reply="from b")
+        revoke_host(h.state, a_id)
+        await a.served.wait()
+        await a1.served.wait()
+        assert a.transport.close_code == 4003
+        assert h.store.runner_credential("runner_a1")["revoked_at"] is not None
+        assert await answer_of(h, sid, "two") == "from b"
+        back = Peer(h, "runner_a1", a1.secret).start()  # its secret opens nothing now
+        await back.served.wait()
+        assert back.transport.close_code == 4003 and not b.served.is_set()
+
+
+def test_a_store_of_the_previous_release_gains_hosts_and_session_hosts(tmp_path):
+    import shutil
+    import sqlite3
+    from pathlib import Path
+
+    from omnigent.store import Store
+
+    old = Path(__file__).resolve().parents[1] / "resources" / "stores" / "chat-0.1.0.db"
+    shutil.copy(old, tmp_path / "chat.db")
+    store = Store(tmp_path / "chat.db")
+    try:
+        convs = store.list_conversations(limit=1000)
+        assert len(convs) == 100
+        assert all(store.conversation_host(c["id"]) is None for c in convs)
+        row = store.create_host(hash_secret("s"), name="n", workspace_roots=["/w"], capacity=3)
+        assert (row["name"], row["workspace_roots"], row["capacity"], row["generation"]) == ("n", ["/w"], 3, 0)
+        assert store.accept_host_link(row["id"]) == 1 and store.accept_host_link(row["id"], capacity=5) == 2
+        assert store.get_host(row["id"])["capacity"] == 5
+        store.set_conversation_host(convs[0]["id"], row["id"], workspace="/w/x")
+        assert store.conversation_host(convs[0]["id"]) == row["id"]
+        assert store.get_conversation(convs[0]["id"])["workspace"] == "/w/x"
+        assert [h["id"] for h in store.list_hosts()] == [row["id"]]
+        assert store.revoke_host(row["id"]) and not store.revoke_host(row["id"])
+        assert store.list_hosts() == [] and store.get_host(row["id"])["revoked_at"] is not None
+    finally:
+        store.close()
+    con = sqlite3.connect(tmp_path / "chat.db")
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        con.close()
+
+
+async def test_a_host_back_after_a_blip_hears_which_of_its_runners_are_online(tmp_path, autojump_clock):
+    async with open_harness(tmp_path, runners=0) as h:
+        a_id, a_secret = register(h)
+        a = await linked(h, a_id, a_secret)
+        secret = mint_secret()
+        a.send(p.RunnerCredential(runner_id="runner_a1", secret_hash=hash_secret(secret)))
+        await h.settle()
+        a.drop()  # the link blips before the runner says hello: that RunnerOnline goes nowhere
+        await a.served.wait()
+        runner = Peer(h, "runner_a1", secret).start()
+        await runner.ack.wait()
+        again = await linked(h, a_id, a_secret, runners=["runner_a1"])
+        await h.settle()
+        assert [f.runner_id for f in again.of_kind(p.RunnerOnline)] == ["runner_a1"]
