@@ -76,7 +76,6 @@ class _Launch:
     error: str = ""
     launched: trio.Event = field(default_factory=trio.Event)  # first attempt launched, or given up
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    idle: bool = False
     supervisor: Supervisor | None = None
 
     def kill(self, reason: str) -> None:
@@ -331,7 +330,6 @@ class Host:
             log.error("%s", launch.error)
         finally:
             self._launches.pop(launch.slot, None)
-            launch.runner_id = None if launch.error else launch.runner_id
             launch.launched.set()
             if not self._online:
                 self.idle_since = trio.current_time()
@@ -348,7 +346,6 @@ class Host:
                 seen, active_at = mark, now
             elif now - active_at >= self.idle_timeout:
                 log.info("runner %s unused for %.0f s: stopping it", launch.runner_id, now - active_at)
-                launch.idle = True
                 launch.scope.cancel()
                 return
 
