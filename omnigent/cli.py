@@ -68,12 +68,28 @@ def cli() -> None:
 @click.option("--no-session", is_flag=True,
               help="Keep nothing: store, logs and input history go to a temporary directory removed at exit.")
 @click.option("--log/--no-log", default=False, help="Accepted for compatibility; logs always go to files.")
-def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_latest, no_session, log) -> None:
+@click.option("--server", "server_url", metavar="URL",
+              help="Use the omnigent server at URL; runners come from this HOME's host daemon for it.")
+@click.option("--token", envvar="OMNIGENT_REMOTE_AUTH_TOKEN", metavar="TOKEN",
+              help="Bearer token for --server (default: $OMNIGENT_REMOTE_AUTH_TOKEN).")
+def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_latest, no_session, log,
+        server_url, token) -> None:
     """Chat with AGENT (a YAML file or directory) in a REPL, or answer one prompt with -p."""
     from .agents import SpecError, bundle_from_spec, load_spec, resolve_auth
 
     if prompt is not None:
         _check_prompt(prompt)
+    if server_url is not None:
+        if no_session:
+            raise click.ClickException("--no-session is not supported with --server; the uploaded agent "
+                                       "is already scoped to the CLI session.")
+        server_url = _check_server_url(server_url)
+        from .host.daemon import idle_timeout_from_env
+
+        try:
+            idle_timeout_from_env()  # read by the daemon this run may start: said here, once
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
 
     try:
         spec = load_spec(agent, model=model, harness=harness, system_prompt=system_prompt)
@@ -94,13 +110,20 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     if no_session and (resume or resume_latest):
         raise click.ClickException("--no-session cannot be combined with --resume or --continue")
 
-    from .tree.local import run_tree
     from .repl.options import FrontOptions
 
     options = FrontOptions(
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
         resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
     )
+    if server_url is not None:
+        import trio
+
+        from .tree.remote import run_remote
+
+        sys.exit(trio.run(partial(run_remote, options, server_url=server_url, token=token, auth=auth)))
+
+    from .tree.local import run_tree
 
     def make_front():
         from .repl.front import Front  # once the runner is launched: it pulls in the HTTP client
@@ -214,6 +237,48 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
     sys.exit(0 if code in (130, 143) else code)  # asked to stop: a clean exit
 
 
+@cli.group(invoke_without_command=True)
+@click.option("--server", "server_url", metavar="URL", help="The omnigent server this host serves.")
+@click.option("--workspace-root", "roots", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Let the server start runners in DIR and below it; repeatable.")
+@click.option("--idle-exit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Leave SECONDS after the last runner ended (default: never).")
+@click.option("--foreground", is_flag=True, help="Stay in this process, logging to stderr too.")
+@click.option("--token", envvar="OMNIGENT_REMOTE_AUTH_TOKEN", metavar="TOKEN",
+              help="Bearer token to register this host (default: $OMNIGENT_REMOTE_AUTH_TOKEN).")
+@click.option("--log-file", type=click.Path(path_type=Path), hidden=True)
+@click.pass_context
+def host(ctx: click.Context, server_url, roots, idle_exit, foreground, token, log_file) -> None:
+    """Run the host daemon for --server URL: it launches runners there when the server asks."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if server_url is None:
+        raise click.ClickException("--server URL is required (or use `omnigent host status|stop`)")
+    from .host.commands import run_host
+
+    sys.exit(run_host(_check_server_url(server_url), roots=[str(r.absolute()) for r in roots],
+                      idle_exit=idle_exit, foreground=foreground, token=token, log_file=log_file))
+
+
+@host.command("status")
+@click.option("--server", "server_url", metavar="URL", help="Only the daemon for this server.")
+def host_status(server_url) -> None:
+    """Show this HOME's host daemons."""
+    from .host.commands import status
+
+    sys.exit(status(_check_server_url(server_url) if server_url else None))
+
+
+@host.command("stop")
+@click.option("--server", "server_url", metavar="URL", help="Only the daemon for this server.")
+def host_stop(server_url) -> None:
+    """Stop this HOME's host daemons (their runners too)."""
+    from .host.commands import stop
+
+    sys.exit(stop(_check_server_url(server_url) if server_url else None))
+
+
 @cli.command()
 @click.argument("session_id")
 @click.option("--server", "server_url", metavar="URL",
@@ -250,6 +315,16 @@ def _database_path(uri: str) -> Path:
     if path == ":memory:":
         raise click.ClickException("--database-uri: an in-memory store keeps nothing; give a file path")
     return Path(path).expanduser().absolute()
+
+
+def _check_server_url(url: str) -> str:
+    """An http(s) URL with a host, without its trailing slash."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.ClickException(f"--server: expected an http(s)://HOST[:PORT] URL, not {url!r}")
+    return url.strip().rstrip("/")
 
 
 def _check_prompt(prompt: str) -> None:

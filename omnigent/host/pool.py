@@ -13,15 +13,28 @@ process is launched. Links keep order but the server reads them on its own
 time, so a runner can still dial first: the server waits a bounded time for
 the credential of an id it does not know yet (`runner_link.serve_runner`).
 The host never hands a runner its own or a client's credentials.
+
+On demand (the host daemon): besides the fixed slots, a `LaunchRunner` frame
+starts one runner for a session in a workspace the host's own user allowed
+(`--workspace-root` roots, or directories its local clients registered);
+anything else is answered `workspace_not_allowed`. Each such runner has a
+supervisor of its own under the same policy, so one session's runner that
+cannot stay up gives up alone, and shutdown stops all of them at once (each
+TERM, grace, KILL) instead of one after another. A crash is repaired like a
+slot's: a replacement with a new id (the server rebinds the session). A
+runner nobody uses (its log has not grown for `idle_timeout`: runners log
+every turn) is stopped and not replaced.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -40,11 +53,43 @@ from supervisor import (
 
 from ..link.memory import LinkEnd
 from ..link.runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR, hash_secret, mint_secret
+from .env import clean_session_env, passthrough_names
 
 log = logging.getLogger("omnigent.host")
 
 DEFAULT_POLICY = RestartPolicy(base=0.05, factor=2.0, cap=5.0, jitter=0.1, reset_after=30.0,
                                intensity=5, period=30.0)
+
+
+IDLE_CHECK = 60.0  # at most this long between two looks at an on-demand runner's activity
+
+
+@dataclass(eq=False)
+class _Launch:
+    """One on-demand runner slot: a session's runner and the replacements of it."""
+
+    slot: str
+    session_id: str | None
+    workspace: str
+    runner_id: str | None = None       # the current attempt's id, None between attempts
+    log_path: Path | None = None
+    error: str = ""
+    launched: trio.Event = field(default_factory=trio.Event)  # first attempt launched, or given up
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    supervisor: Supervisor | None = None
+
+    def kill(self, reason: str) -> None:
+        if self.supervisor is not None:
+            self.supervisor.kill_child(self.slot, reason)
+
+
+def _default_activity(launch: _Launch) -> object:
+    """What changes when a runner is used: its log grows on every turn."""
+    try:
+        size = os.stat(launch.log_path).st_size if launch.log_path is not None else None
+    except OSError:
+        size = None
+    return (launch.runner_id, size)
 
 
 def runner_argv(environ: Mapping[str, str] = os.environ) -> list[str]:
@@ -66,6 +111,11 @@ class Host:
         startup_timeout: float = 20.0,
         shutdown_grace: float = 2.0,
         launcher=None,
+        workspace_roots: Iterable[str] = (),
+        capacity: int = 0,
+        idle_timeout: float | None = None,
+        activity: Callable[[_Launch], object] = _default_activity,
+        on_demand_log_dir: str = "host-runner",
     ) -> None:
         self.server_url = server_url
         self.link = link
@@ -81,25 +131,47 @@ class Host:
         self._online: dict[str, trio.Event] = {}
         self._slot_of: dict[str, str] = {}   # runner id -> slot name
         self.first_launch = trio.Event()      # lets the caller overlap its own start-up with ours
+        # on demand (the daemon)
+        self.workspace_roots = [_real(r) for r in workspace_roots]
+        self.allowed: set[str] = set()        # directories local clients registered
+        self.capacity = capacity
+        self.idle_timeout = idle_timeout
+        self.activity = activity
+        self.on_demand_log_dir = on_demand_log_dir
+        self._session_env: dict[str, dict[str, str]] = {}
+        self._launches: dict[str, _Launch] = {}
+        self._numbers = itertools.count(1)
+        self._nursery: trio.Nursery | None = None
+        self.idle_since: float | None = None  # when the last runner ended (set by run)
 
     # --- what the supervisor calls ------------------------------------------
 
-    def _prepare(self, slot: str) -> ProcessConfig:
+    def _prepare(self, slot: str, launch: _Launch | None = None) -> ProcessConfig:
         runner_id = f"runner_{uuid.uuid4().hex}"
         self._online[runner_id] = trio.Event()
         self._slot_of[runner_id] = slot
         secret = mint_secret()
         self.link.post(p.RunnerCredential(runner_id=runner_id, secret_hash=hash_secret(secret)))
-        env = {**self.env, "OMNIGENT_SERVER_URL": self.server_url,
-               "OMNIGENT_RUNNER_ID": runner_id, ENV_VAR: secret}
-        return ProcessConfig(argv=runner_argv(self.env), env=env, cwd=self.workspace,
-                             log_path=self.log_dir / "runner" / f"{runner_id}.log", label=runner_id)
+        env = dict(self.env)
+        folder, workspace = "runner", self.workspace
+        if launch is not None:
+            env.update(self._session_env.get(launch.session_id or "", {}))
+            folder, workspace = self.on_demand_log_dir, launch.workspace
+        for name in CLIENT_TOKEN_VARS:
+            env.pop(name, None)
+        env.update({"OMNIGENT_SERVER_URL": self.server_url, "OMNIGENT_RUNNER_ID": runner_id, ENV_VAR: secret})
+        log_path = self.log_dir / folder / f"{runner_id}.log"
+        if launch is not None:
+            launch.runner_id, launch.log_path = runner_id, log_path
+        return ProcessConfig(argv=runner_argv(self.env), env=env, cwd=workspace,
+                             log_path=log_path, label=runner_id)
 
     async def _ready(self, config: ProcessConfig, _handle) -> None:
         await self._online[config.label].wait()
 
     def _launched(self, config: ProcessConfig, handle) -> None:
-        log.info("Launched runner %s for workspace %s (pid=%d)", config.label, self.workspace, handle.pid)
+        # the seeds grep this exact line for the runner's own pid: keep its wording
+        log.info("Launched runner %s for workspace %s (pid=%d)", config.label, config.cwd, handle.pid)
         self.first_launch.set()
         self.link.post(p.RunnerLaunched(runner_id=config.label, pid=handle.pid, log_path=str(config.log_path)))
 
@@ -107,6 +179,8 @@ class Host:
         runner_id = config.label
         self._online.pop(runner_id, None)
         self._slot_of.pop(runner_id, None)
+        if not self._online:
+            self.idle_since = trio.current_time()
         reason = describe_returncode(returncode)
         log.info("runner %s %s", runner_id, reason)
         self.link.post(p.RunnerExited(
@@ -134,7 +208,9 @@ class Host:
         told why and the pool ends without taking the rest of the tree down:
         the server turns that into a clear error for whoever waits on a turn.
         """
+        self.idle_since = trio.current_time()
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._serve_link)
             try:
                 await self.supervisor.run(self.specs(), task_status=task_status)
@@ -155,6 +231,128 @@ class Host:
                     event.set()
             elif isinstance(frame, p.KillRunner):
                 slot = self._slot_of.get(frame.runner_id)
-                if slot is not None:
+                launch = self._launches.get(slot) if slot is not None else None
+                if launch is not None:
+                    log.warning("killing runner %s: %s", frame.runner_id, frame.reason)
+                    launch.kill(frame.reason)
+                elif slot is not None:
                     log.warning("killing runner %s: %s", frame.runner_id, frame.reason)
                     self.supervisor.kill_child(slot, frame.reason)
+            elif isinstance(frame, p.LaunchRunner):
+                assert self._nursery is not None
+                self._nursery.start_soon(self.launch, frame)
+
+    # --- on demand -------------------------------------------------------------
+
+    def allow_workspace(self, directory: str) -> str:
+        """Let runners start in `directory` (and below it) from now on; returns it resolved."""
+        real = _real(directory)
+        self.allowed.add(real)
+        return real
+
+    def set_session_env(self, session_id: str, env: Mapping[str, str]) -> None:
+        """The model endpoint/key for that session's runners (kept in memory only)."""
+        self._session_env[session_id] = clean_session_env(env, passthrough_names(self.env))
+
+    def serves_session(self, session_id: str) -> bool:
+        """Whether an on-demand runner of this host is kept for that session (running or being replaced)."""
+        return any(launch.session_id == session_id for launch in self._launches.values())
+
+    def live_runners(self) -> list[str]:
+        """Ids of the runner processes alive now (fixed slots and on demand)."""
+        return list(self._online)
+
+    def check_workspace(self, workspace: str | None) -> tuple[str | None, str, str]:
+        """(resolved dir, error code, message); the code is "" when the launch may go ahead."""
+        if not workspace:
+            if self.workspace_roots:
+                workspace = self.workspace_roots[0]
+            else:
+                return None, "workspace_not_allowed", "no workspace given, and this host has no workspace root"
+        if not os.path.isabs(workspace):
+            return None, "workspace_not_allowed", f"workspace must be an absolute path: {workspace}"
+        real = _real(workspace)
+        if not any(_within(real, base) for base in (*self.workspace_roots, *self.allowed)):
+            return None, "workspace_not_allowed", (
+                f"workspace {workspace} is not allowed on this host (allow it with "
+                "`omnigent host --workspace-root DIR`, or run `omnigent run --server` there)")
+        if not os.path.isdir(real):
+            return None, "launch_failed", f"workspace {workspace} is not a directory"
+        return real, "", ""
+
+    async def launch(self, frame: p.LaunchRunner) -> None:
+        """Answer one `LaunchRunner`: a `LaunchResult` after the runner's credential and launch frames."""
+        def answer(**fields: object) -> None:
+            self.link.post(p.LaunchResult(request_id=frame.request_id, **fields))
+
+        workspace, code, message = self.check_workspace(frame.workspace)
+        if code:
+            log.warning("refused to launch a runner for session %s: %s", frame.session_id, message)
+            answer(error_code=code, message=message)
+            return
+        assert workspace is not None
+        if self.capacity and len(self._launches) >= self.capacity:
+            answer(error_code="at_capacity", message=f"this host runs at most {self.capacity} runner(s)")
+            return
+        launch = _Launch(slot=f"session-{next(self._numbers)}", session_id=frame.session_id, workspace=workspace)
+        self._launches[launch.slot] = launch
+        assert self._nursery is not None
+        self._nursery.start_soon(self._supervise, launch)
+        await launch.launched.wait()
+        if launch.runner_id is not None and not launch.error:
+            answer(runner_id=launch.runner_id)
+        else:
+            answer(error_code="launch_failed", message=launch.error or "the runner did not start")
+
+    async def _supervise(self, launch: _Launch) -> None:
+        def launched(config: ProcessConfig, handle) -> None:
+            self._launched(config, handle)
+            launch.launched.set()
+
+        spec = process_child(
+            launch.slot, lambda: self._prepare(launch.slot, launch), ready=self._ready, launcher=self.launcher,
+            startup_timeout=self.startup_timeout, shutdown_grace=self.shutdown_grace,
+            on_launched=launched, on_exit=self._exited,
+        )
+        launch.supervisor = Supervisor(self.policy, name=f"host/{launch.slot}")
+        try:
+            with launch.scope:
+                async with trio.open_nursery() as nursery:
+                    if self.idle_timeout is not None:
+                        nursery.start_soon(self._idle_watch, launch)
+                    await launch.supervisor.run([spec])
+        except* GaveUp as group:
+            exc = group.exceptions[0]
+            launch.error = f"{exc.reason}" + (f"\n{exc.log_tail}" if exc.log_tail else "")
+            log.error("giving up on the runner of session %s: %s", launch.session_id, exc.reason)
+        except* Exception as group:  # e.g. the runner could not be spawned at all
+            launch.error = f"cannot launch a runner: {group.exceptions[0]}"
+            log.error("%s", launch.error)
+        finally:
+            self._launches.pop(launch.slot, None)
+            launch.launched.set()
+            if not self._online:
+                self.idle_since = trio.current_time()
+
+    async def _idle_watch(self, launch: _Launch) -> None:
+        """Stop the runner of `launch` for good once nobody used it for `idle_timeout`."""
+        assert self.idle_timeout is not None
+        seen, active_at = self.activity(launch), trio.current_time()
+        while True:
+            await trio.sleep(min(self.idle_timeout / 4, IDLE_CHECK))
+            now, mark = trio.current_time(), self.activity(launch)
+            online = self._online.get(launch.runner_id or "")
+            if mark != seen or online is None or not online.is_set():  # a start is not idleness
+                seen, active_at = mark, now
+            elif now - active_at >= self.idle_timeout:
+                log.info("runner %s unused for %.0f s: stopping it", launch.runner_id, now - active_at)
+                launch.scope.cancel()
+                return
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def _within(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)

@@ -80,8 +80,10 @@ class Front:
 
     async def one_shot(self, client: OmnigentClient, session_id: str | None) -> int:
         if session_id is None:
-            session_id = (await client.create_session(self.options.bundle,
-                                                      workspace=self.options.workspace))["id"]
+            session_id = (await client.create_session(self.options.bundle, workspace=self.options.workspace,
+                                                      **self.options.session_fields))["id"]
+        if self.options.place is not None:
+            await self.options.place(client, session_id)
         from protocol import events as ev
 
         from .render import no_text_notice, retry_notice

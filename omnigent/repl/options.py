@@ -6,7 +6,9 @@ anything heavy is imported, and the front end and the REPL read it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 RESUME_PICKER = "__resume_picker__"
 
@@ -21,3 +23,8 @@ class FrontOptions:
     resume_latest: bool = False
     workspace: str | None = None
     ephemeral: bool = False  # --no-session: nothing survives, so no "resume with" hint
+    # --server: extra fields of a created session (its host_id), and how a session gets
+    # its runner (`place(client, session_id)`: reuse the bound one or ask the host for one)
+    # instead of binding any online runner of the pool
+    session_fields: dict[str, Any] = field(default_factory=dict)
+    place: Callable[[Any, str], Awaitable[None]] | None = None

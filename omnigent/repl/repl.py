@@ -248,11 +248,12 @@ class Repl:
             if self.session_id is None:
                 trace("POST /v1/sessions multipart bundle")
                 info = await self.client.create_session(self.options.bundle,
-                                                        workspace=self.options.workspace)
+                                                        workspace=self.options.workspace,
+                                                        **self.options.session_fields)
                 trace(f"session created id={info['id']!r}")
                 await self._follow(info["id"], info["last_sequence_number"])
             session_id = self.session_id
-            if self._bound != session_id:
+            if self._bound != session_id or self.options.place is not None:  # --server: every turn
                 with turn.before_post:
                     await self._bind(session_id)
                     self._bound = session_id
@@ -281,6 +282,9 @@ class Repl:
 
     async def _bind(self, session_id: str) -> None:
         """Bind an online runner now, so the first answer does not wait for one (and it shows)."""
+        if self.options.place is not None:  # --server: the session's host decides
+            await self.options.place(self.client, session_id)
+            return
         info = await self.client.get_session(session_id)
         if info.get("runner_id") and info.get("runner_online"):
             return

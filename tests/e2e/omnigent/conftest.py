@@ -20,12 +20,7 @@ __all__ = ["configure_mock_llm", "reset_mock_llm"]
 _HERE = Path(__file__).resolve().parent
 
 # seed test -> why it cannot run yet (issue 8 §1 and §3)
-NOT_BUILT = {
-    "test_repl_session_lifecycle.py::test_repl_resume_reuses_daemon_runner":
-        "needs `omnigent run --server URL` and the host daemon (issue 8 §1, §3), not built yet",
-    "test_repl_session_lifecycle.py::test_repl_recover_after_runner_death":
-        "needs `omnigent run --server URL` and the host daemon's log (issue 8 §1, §3), not built yet",
-}
+NOT_BUILT: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
