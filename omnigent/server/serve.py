@@ -24,6 +24,7 @@ from typing import Any
 import trio
 
 import protocol as p
+from protocol import events as ev
 
 from ..link.memory import LinkEnd
 from ..store import Store
