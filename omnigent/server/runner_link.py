@@ -21,6 +21,14 @@ Who may connect as a runner id:
   answers within `state.reconnect_probe` (1 s) the new one is closed with
   4009, otherwise the new one replaces it and the turn in flight on the old
   one is dispatched again on the new one.
+
+A runner that reconnects lists the turns it still owes an end for
+(`Hello.in_flight`). Before its first frame is read, the turn service adopts
+those it expects (`adoption.py`: a restarted server's turns) by opening their
+routes on this connection; the runner is told to `Cancel` every other one,
+and everything it sends for those turns (up to and including their end) is
+dropped here: a late result of a session that has moved on is never stored
+or published.
 """
 
 from __future__ import annotations
@@ -74,16 +82,20 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport,
         await transport.close(ID_IN_USE, "this runner id is online on another connection")
         return
     ended: list[str] = []  # why the connection ended; the first reason wins
+    # turns of this runner that were refused: their frames are dropped until their end
+    draining = set(state.turns.runner_reported(conn, _in_flight(hello)))
     state.host_events.runner_online(runner_id)
     if not conn.explicit:  # explicit runners adopt nothing: they serve only sessions bound to them
         state.turns.runner_joined(conn)
     try:
         await transport.send(p.encode(p.HelloAck(ping_interval=state.ping_interval)))
+        for turn_id in draining:
+            conn.outbox.send_nowait(p.Cancel(turn_id=turn_id))
         async with trio.open_nursery() as n:
             n.start_soon(_close_on_shutdown, state, transport, n)
             n.start_soon(_send_frames, transport, outgoing, n)
             n.start_soon(_ping, state, conn, n, ended)
-            n.start_soon(_receive_frames, conn, transport, n, ended)
+            n.start_soon(_receive_frames, conn, transport, n, ended, draining)
     finally:
         current = state.registry.online.get(runner_id)
         if current is not None and current is not conn:
@@ -134,7 +146,13 @@ async def _claim_id(state: ServerState, conn: RunnerConn) -> bool:
         return True
 
 
-async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nursery, ended: list[str]) -> None:
+def _in_flight(hello: p.Hello) -> list[dict]:
+    """The hello's in-flight entries that name a turn (anything else is ignored)."""
+    return [e for e in hello.in_flight[:1000] if isinstance(e.get("turn_id"), str)]
+
+
+async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nursery, ended: list[str],
+                          draining: set[str]) -> None:
     try:
         while True:
             frame = p.decode(await transport.receive())
@@ -142,6 +160,10 @@ async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nurser
                 conn.alive()
             elif isinstance(frame, (p.TurnEvent, p.TurnCompleted, p.TurnFailed)):
                 conn.alive()  # any frame proves it is alive
+                if frame.turn_id in draining:  # a refused turn: nothing of it is stored or published
+                    if not isinstance(frame, p.TurnEvent):
+                        draining.discard(frame.turn_id)
+                    continue
                 conn.route(frame.turn_id, frame)
             else:
                 raise p.ProtocolError(f"a runner may not send {frame.kind!r}")

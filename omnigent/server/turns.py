@@ -18,6 +18,18 @@ turn loses at most `loss_budget` runners in any `loss_window` s: a poison turn
 intensity (more than 5 restarts of a slot in 30 s gives up) and cannot take
 every other session down with it, while the usual case, a second kill hitting
 the runner that took over, is retried at once.
+
+Ownership: every attempt is dispatched under the session's ownership
+generation (bumped by every rebinding, `store/conversations.py`) and carries
+it in `TurnStart`. A session rebound while a turn runs has moved on: the old
+runner's further frames for it are refused (nothing stored or published) and
+the turn is dispatched again on the new binding.
+
+After a server restart (`take_over`, `omnigent server` only), the dead
+predecessor's running turns wait `adopt_grace` s for their runner to
+reconnect and claim them (`adoption.py`); the worker then follows the
+adopted attempt as if it had dispatched it. Only a turn nobody claims is
+dispatched again.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -33,6 +46,7 @@ import protocol as p
 from protocol import events as ev
 
 from ..store import Store
+from .adoption import Adoptions
 from .history import build_history
 from .claims import ClaimLost, Claims
 from .hub import EventHub
@@ -59,6 +73,7 @@ class TurnService:
         loss_window: float = 30.0,
         loss_budget: int = 3,
         claims: Claims | None = None,
+        adopt_grace: float = 10.0,
     ) -> None:
         self.store = store
         self.hub = hub
@@ -76,6 +91,8 @@ class TurnService:
         self._waiting: dict[str, trio.CancelScope] = {}  # sessions whose turn waits without a runner
         self._handled: set[str] = set()  # lost runners whose sessions were moved (left ones may be taken)
         self.exit_report_wait = 0.2
+        self.adoptions = Adoptions(store, adopt_grace)
+        self._moved: set[str] = set()  # sessions rebound while a turn ran: its runner's frames are refused
 
     # --- entry points -------------------------------------------------------
 
@@ -110,6 +127,33 @@ class TurnService:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return False
         return True
+
+    def take_over(self, alive_pid_check: Callable[[int], bool]) -> list[dict[str, Any]]:
+        """At start: take up the turns of a dead predecessor sharing this store (returns them).
+
+        Running ones wait for their runner to claim them (within the adoption
+        grace); queued ones simply run. A live process's turns are its own.
+        """
+        taken = self.store.take_over_orphaned_turns(alive_pid_check, os.getpid())
+        for turn in taken:
+            if turn["status"] == "running":
+                self.adoptions.expect(turn)
+        for session_id in {turn["conversation_id"]: None for turn in taken}:
+            self.submit(session_id)
+        return taken
+
+    def runner_reported(self, conn: RunnerConn, in_flight: list[dict[str, Any]]) -> list[str]:
+        """A runner said hello with turns in flight: adopt the expected ones; the rest it must cancel."""
+        return self.adoptions.claim(conn, in_flight) if in_flight else []
+
+    def session_moved(self, session_id: str) -> None:
+        """The session was rebound by hand: a turn running on its old runner is refused from now on."""
+        active = self._active.get(session_id)
+        if active is not None:
+            conv = self.store.get_conversation(session_id) or {}
+            if conv.get("runner_id") != active[1].runner_id:
+                self._moved.add(session_id)
+                active[1].route(active[0], _MOVED)  # wakes the follower, which refuses the rest
 
     # --- runners coming and going ---------------------------------------------
 
@@ -179,7 +223,7 @@ class TurnService:
     async def _worker(self, session_id: str) -> None:
         while True:
             self._wake[session_id] = trio.Event()
-            turn = self.store.next_own_queued_turn(session_id, os.getpid())  # not another process's
+            turn = self._adopted_turn(session_id) or self.store.next_own_queued_turn(session_id, os.getpid())
             if turn is None:
                 await self._wake[session_id].wait()
                 continue
@@ -190,7 +234,10 @@ class TurnService:
                 # history is read only inside the claim: it has the answer this turn waited for
                 async with self.claims.renewed(session_id, turn["id"]):
                     self.store.place_pending(session_id, turn["input_item_id"])
-                    await self._run_turn(session_id, turn)
+                    if self.adoptions.expects(turn["id"]):
+                        await self._recover(session_id, turn)
+                    else:
+                        await self._run_turn(session_id, turn)
             except ClaimLost:  # its message went to the other process's turn, which answers it
                 self._fail(session_id, turn["id"], "overtaken",
                            "this process stalled and another one took over the conversation; "
@@ -202,9 +249,33 @@ class TurnService:
                 log.exception("turn %s crashed the dispatcher", turn["id"])
                 self._fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
 
-    async def _run_turn(self, session_id: str, turn: dict[str, Any]) -> None:
+    def _adopted_turn(self, session_id: str) -> dict[str, Any] | None:
+        """A running turn taken over at start, waiting for its runner (it goes before the queue)."""
+        turn = self.store.running_own_turn(session_id, os.getpid())
+        return turn if turn is not None and self.adoptions.expects(turn["id"]) else None
+
+    async def _recover(self, session_id: str, turn: dict[str, Any]) -> None:
+        """A turn of a dead predecessor: follow it if its runner claims it in time, else run it again."""
         turn_id = turn["id"]
-        losses: list[float] = []  # when each runner was lost under this turn
+        losses: list[float] = []
+        claimed = await self.adoptions.wait(turn_id)
+        if claimed is not None:
+            conn, frames = claimed
+            self.hub.publish(session_id, ev.SESSION_STATUS, status="running", turn_id=turn_id)
+            outcome = await self._follow(session_id, turn_id, conn, frames)
+            if outcome != "lost":
+                return
+            losses.append(trio.current_time())
+            why = f"runner {conn.runner_id} was lost"
+        else:
+            why = "no runner claimed it after the server restarted"
+            log.warning("turn %s: %s within %g s; dispatching it again", turn_id, why, self.adoptions.grace)
+        self.store.finish_turn(turn_id, "interrupted", error=why)
+        await self._run_turn(session_id, turn, losses)
+
+    async def _run_turn(self, session_id: str, turn: dict[str, Any], losses: list[float] | None = None) -> None:
+        turn_id = turn["id"]
+        losses = [] if losses is None else losses  # when each runner was lost under this turn
         while True:
             if not await self._wait(session_id, self._pace(losses)):
                 self._retrying.discard(session_id)
@@ -218,6 +289,9 @@ class TurnService:
                 return
             self._retrying.discard(session_id)
             outcome = await self._attempt(session_id, turn_id, conn)
+            if outcome == "moved":  # rebound by hand: the new binding runs it, at no loss
+                self.store.finish_turn(turn_id, "interrupted", error="the session was moved to another runner")
+                continue
             if outcome != "lost":
                 return
             losses.append(trio.current_time())
@@ -257,27 +331,43 @@ class TurnService:
             await trio.sleep_until(recent[0] + self.loss_window)
 
     async def _attempt(self, session_id: str, turn_id: str, conn: RunnerConn) -> str:
+        """Dispatch one attempt to `conn` and follow it: completed, failed, lost or moved."""
         conv = self.store.get_conversation(session_id) or {}  # gone: run with no spec, fail cleanly
-        agent = self.store.get_agent(conv["agent_id"]) if conv.get("agent_id") else None
-        spec = dict(agent["spec"]) if agent else {}
-        turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid())
+        spec = self.store.session_spec(session_id) if conv else {}
+        generation = int(conv.get("generation") or 0)
+        turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid(), generation=generation)
         history = self._history(session_id, turn["input_item_id"])
         model = conv.get("model_override") or spec.get("model") or ""
         frames = conn.open_turn(turn_id)
+        self.hub.publish(session_id, ev.SESSION_STATUS, status="running", turn_id=turn_id)
+        self.hub.publish(session_id, ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"],
+                         runner_id=conn.runner_id)
+        try:
+            await conn.send(p.TurnStart(
+                turn_id=turn_id, session_id=session_id, attempt=turn["attempt"], agent=spec,
+                input=history, model=model,
+                reasoning_effort=conv.get("reasoning_effort") or spec.get("reasoning_effort"),
+                generation=generation,
+            ))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            conn.close_turn(turn_id)
+            return "lost"
+        return await self._follow(session_id, turn_id, conn, frames)
+
+    async def _follow(self, session_id: str, turn_id: str, conn: RunnerConn,
+                      frames: trio.MemoryReceiveChannel[Any]) -> str:
+        """Relay and store what the runner sends for one attempt, dispatched here or adopted."""
         self._active[session_id] = (turn_id, conn)
         try:
-            self.hub.publish(session_id, ev.SESSION_STATUS, status="running", turn_id=turn_id)
-            self.hub.publish(session_id, ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"],
-                             runner_id=conn.runner_id)
-            try:
-                await conn.send(p.TurnStart(
-                    turn_id=turn_id, session_id=session_id, attempt=turn["attempt"], agent=spec,
-                    input=history, model=model,
-                    reasoning_effort=conv.get("reasoning_effort") or spec.get("reasoning_effort"),
-                ))
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                return "lost"
             async for frame in frames:
+                if frame is _MOVED or (isinstance(frame, (p.TurnCompleted, p.TurnFailed))
+                                       and self._has_moved(session_id, turn_id)):
+                    log.warning("turn %s: the session moved on; what runner %s sends for it is refused",
+                                turn_id, conn.runner_id)
+                    self._moved.discard(session_id)
+                    with trio.move_on_after(1):
+                        await conn.send(p.Cancel(turn_id=turn_id))
+                    return "moved"
                 if isinstance(frame, p.TurnEvent):
                     self._relay(session_id, turn_id, frame.event)
                 elif isinstance(frame, p.TurnCompleted):
@@ -297,6 +387,14 @@ class TurnService:
         finally:
             conn.close_turn(turn_id)
             self._active.pop(session_id, None)
+
+    def _has_moved(self, session_id: str, turn_id: str) -> bool:
+        """The session's generation is no longer the one this attempt runs under (rebound elsewhere)."""
+        if session_id in self._moved:
+            return True
+        conv = self.store.get_conversation(session_id) or {}
+        turn = self.store.get_turn(turn_id) or {}
+        return int(conv.get("generation") or 0) != int(turn.get("generation") or 0)
 
     # --- helpers -------------------------------------------------------------
 
@@ -350,6 +448,9 @@ class TurnService:
         error = {"code": code, "message": message}
         self.hub.publish(session_id, ev.FAILED, turn_id=turn_id, error=error)
         self.hub.publish(session_id, ev.SESSION_STATUS, status="failed", error=error)
+
+
+_MOVED = object()  # put on a followed turn's route when its session is rebound by hand
 
 
 def _least_loaded(loads: dict[str, tuple[int, int, float, RunnerConn]]) -> RunnerConn:
