@@ -83,14 +83,15 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport,
         return
     ended: list[str] = []  # why the connection ended; the first reason wins
     # turns of this runner that were refused: their frames are dropped until their end
-    draining = set(state.turns.runner_reported(conn, _in_flight(hello)))
+    draining = conn.draining
+    draining.update(state.turns.runner_reported(conn, _in_flight(hello)))
+    for turn_id in draining:  # queued before any await: ahead of a TurnStart of another attempt of it
+        conn.outbox.send_nowait(p.Cancel(turn_id=turn_id))
     state.host_events.runner_online(runner_id)
     if not conn.explicit:  # explicit runners adopt nothing: they serve only sessions bound to them
         state.turns.runner_joined(conn)
     try:
         await transport.send(p.encode(p.HelloAck(ping_interval=state.ping_interval)))
-        for turn_id in draining:
-            conn.outbox.send_nowait(p.Cancel(turn_id=turn_id))
         async with trio.open_nursery() as n:
             n.start_soon(_close_on_shutdown, state, transport, n)
             n.start_soon(_send_frames, transport, outgoing, n)

@@ -365,8 +365,12 @@ class TurnService:
                     log.warning("turn %s: the session moved on; what runner %s sends for it is refused",
                                 turn_id, conn.runner_id)
                     self._moved.discard(session_id)
-                    with trio.move_on_after(1):
-                        await conn.send(p.Cancel(turn_id=turn_id))
+                    if frame is _MOVED:  # still running there: stop it, and drop what it sends up to its end
+                        conn.draining.add(turn_id)
+                        try:
+                            conn.outbox.send_nowait(p.Cancel(turn_id=turn_id))
+                        except (trio.WouldBlock, trio.ClosedResourceError):
+                            pass  # gone or stuck: the ping verdict ends it
                     return "moved"
                 if isinstance(frame, p.TurnEvent):
                     self._relay(session_id, turn_id, frame.event)

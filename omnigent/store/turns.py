@@ -190,8 +190,13 @@ class TurnsMixin(Tables):
         claim it, so it is not ended here. A live owner's turns are left alone
         (another `omnigent run` sharing the store runs them).
         """
+        # an interrupted turn whose conversation claim (see store/claims.py) still names it was
+        # waiting for its next attempt when its process died: it is queued again
         candidates = self.conn.execute(
-            "SELECT id, owner_pid FROM turns WHERE status IN ('queued', 'running') AND owner_pid IS NOT NULL"
+            """SELECT t.id, t.owner_pid FROM turns t WHERE t.owner_pid IS NOT NULL AND (
+                   t.status IN ('queued', 'running') OR (t.status = 'interrupted' AND EXISTS (
+                       SELECT 1 FROM conversation_claims c WHERE c.conversation_id = t.conversation_id
+                       AND c.turn_id = t.id)))"""
         ).fetchall()
         alive: dict[int, bool] = {}
         dead = []
@@ -205,8 +210,9 @@ class TurnsMixin(Tables):
             with self._write():
                 for turn_id, pid in dead:
                     if self.db.execute(
-                        """UPDATE turns SET owner_pid = ?
-                           WHERE id = ? AND owner_pid = ? AND status IN ('queued', 'running')""",
+                        """UPDATE turns SET owner_pid = ?,
+                               status = CASE status WHEN 'interrupted' THEN 'queued' ELSE status END
+                           WHERE id = ? AND owner_pid = ? AND status IN ('queued', 'running', 'interrupted')""",
                         [owner_pid, turn_id, pid],
                     ).rowcount:
                         taken.append(turn_id)
