@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import sys
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
-from urllib.parse import urlsplit
 
 import trio
 from trio_websocket import (
@@ -68,9 +66,10 @@ from protocol import (
     encode,
 )
 
-from . import _early_exit
 from ._log import log, one_line
+from .config import Config, ConfigError, load_config  # noqa: F401  (their home before)
 from .redial import FATAL, REFUSED, Backoff
+from .watch import _watch_signals, _watch_stdin
 
 # Must match harness.HARNESSES (a unit test checks), without importing openai.
 HARNESSES = ["openai-agents", "openai-chat"]
@@ -83,37 +82,6 @@ HELLO_TIMEOUT = 10.0
 OUTBOX_SIZE = 4096
 THREAD_CODEC_BYTES = 64 * 1024  # frames larger than this are decoded/encoded off the loop
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-
-
-class ConfigError(Exception):
-    """The environment the supervisor should have set is missing or malformed."""
-
-
-@dataclass(frozen=True)
-class Config:
-    server_url: str
-    runner_id: str
-    token: str
-
-    @property
-    def ws_url(self) -> str:
-        parts = urlsplit(self.server_url)
-        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
-        return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/v1/runners/{self.runner_id}/ws"
-
-
-def load_config(environ: Mapping[str, str]) -> Config:
-    names = ("OMNIGENT_SERVER_URL", "OMNIGENT_RUNNER_ID", "OMNIGENT_RUNNER_TOKEN")
-    missing = [n for n in names if not environ.get(n)]
-    if missing:
-        raise ConfigError(f"{', '.join(missing)} not set (the runner is started by an omnigent host)")
-    url, runner_id, token = (environ[n] for n in names)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
-        raise ConfigError(f"OMNIGENT_SERVER_URL must be an http(s) URL, got {url!r}")
-    if not runner_id.isascii() or any(c in runner_id for c in "/?#% \t"):
-        raise ConfigError(f"OMNIGENT_RUNNER_ID is not a valid runner id: {runner_id!r}")
-    return Config(url, runner_id, token)
 
 
 @dataclass
@@ -463,37 +431,6 @@ def _close_reason(exc: ConnectionClosed) -> str:
     if reason is None:
         return "closed"
     return f"code {reason.code}" + (f" ({reason.reason})" if reason.reason else "")
-
-
-async def _watch_stdin(runner: Runner, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Stop at EOF on stdin: the supervisor holds the other end, so its death closes it (G9)."""
-    task_status.started()
-    try:
-        fd = os.dup(0)
-    except OSError:
-        log("stdin is closed; not watching it")
-        return
-    try:
-        stream = trio.lowlevel.FdStream(fd)
-    except OSError as exc:
-        os.close(fd)
-        log(f"cannot watch stdin: {exc}")
-        return
-    _early_exit.disarm()  # the loop watches from here on
-    async with stream:
-        try:
-            while await stream.receive_some(4096):
-                pass  # nothing is said on stdin; only its end matters
-        except (OSError, trio.BrokenResourceError):
-            pass
-    runner.request_stop("stdin closed")
-
-
-async def _watch_signals(runner: Runner, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        task_status.started()
-        async for signum in signals:
-            runner.request_stop(signal.Signals(signum).name)
 
 
 async def run(config: Config, environ: Mapping[str, str] = os.environ) -> int:
