@@ -48,6 +48,7 @@ log = logging.getLogger("omnigent.server.runners")
 
 WRONG_SECRET = 4003
 ID_IN_USE = 4009
+MAX_IN_FLIGHT = 100
 
 
 class Transport(Protocol):
@@ -148,8 +149,12 @@ async def _claim_id(state: ServerState, conn: RunnerConn) -> bool:
 
 
 def _in_flight(hello: p.Hello) -> list[dict]:
-    """The hello's in-flight entries that name a turn (anything else is ignored)."""
-    return [e for e in hello.in_flight[:1000] if isinstance(e.get("turn_id"), str)]
+    """The hello's in-flight entries that name a turn (anything else is ignored).
+
+    Bounded well below the outbox's size, so the Cancels for refused ones always fit;
+    a runner runs a handful of turns at once.
+    """
+    return [e for e in hello.in_flight[:MAX_IN_FLIGHT] if isinstance(e.get("turn_id"), str)]
 
 
 async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nursery, ended: list[str],
