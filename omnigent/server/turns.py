@@ -148,6 +148,7 @@ class TurnService:
 
     def session_moved(self, session_id: str) -> None:
         """The session was rebound by hand: a turn running on its old runner is refused from now on."""
+        self.registry.notify_changed()  # a turn waiting for a runner re-reads the binding
         active = self._active.get(session_id)
         if active is not None:
             conv = self.store.get_conversation(session_id) or {}

@@ -119,3 +119,67 @@ def test_restart_the_server_mid_turn_the_runner_reconnects_and_the_turn_ends_onc
     finally:
         _stop_cli_runner_process(runner.proc, grace_timeout=5.0)
         stop(server)
+
+
+def test_a_late_result_from_a_session_that_moved_on_is_refused(env, tmp_path, mock_llm_server_url, monkeypatch):
+    """Runner A is frozen mid-turn across the restart; meanwhile the session moves to runner B and
+    its turn runs again there. When A wakes and reconnects with its answer, it is told to cancel,
+    and nothing of it is stored."""
+    mock = mock_llm_server_url
+    model = f"moved-{uuid.uuid4().hex[:8]}"
+    configure_mock_llm(mock, [{"text": "late from A", "block": True}, {"text": "from B"}], key=model)
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(f"name: moved\nprompt: Be brief.\nexecutor:\n  model: {model}\n")
+    data = tmp_path / "data"
+    env = {**env, "OMNIGENT_ADOPT_GRACE": "1"}
+    server, url = _serve(env, data)
+    port = int(url.rsplit(":", 1)[1])
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OMNIGENT_CONFIG_HOME"):
+        monkeypatch.setenv(name, env[name])
+    a = _start_cli_runner_process(server_url=url, workspace_cwd=tmp_path, capture_logs=True,
+                                  log_dir=tmp_path / "logs", prewarm_spec_path=None)
+    b = _start_cli_runner_process(server_url=url, workspace_cwd=tmp_path, capture_logs=True,
+                                  log_dir=tmp_path / "logs", prewarm_spec_path=None)
+    gate = None
+    try:
+        for r in (a, b):
+            _until("the runners online", lambda r=r: httpx.get(f"{url}/v1/runners/{r.runner_id}/status").json()[
+                "online"], r.proc)
+        created = httpx.post(f"{url}/v1/sessions", files={"bundle": ("agent.tar.gz", bundle_bytes(agent))},
+                             data={"metadata": "{}"}, timeout=10)
+        sid = created.json()["session_id"]
+        httpx.patch(f"{url}/v1/sessions/{sid}", json={"runner_id": a.runner_id}, timeout=10).raise_for_status()
+        turn_id = httpx.post(f"{url}/v1/sessions/{sid}/events", timeout=10, json={
+            "type": "message", "data": {"role": "user", "content": "who answers?"}}).json()["turn_id"]
+        gate = _until("A's model call under way", lambda: _gate(mock, model))
+        a.proc.send_signal(signal.SIGSTOP)  # A is frozen with its turn in flight
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=10)
+        server, _ = _serve(env, data, port)
+        _until("B online again", lambda: httpx.get(f"{url}/v1/runners/{b.runner_id}/status").json()["online"])
+        # the session moves on to B (generation bumped); unclaimed after the grace, its turn runs there
+        httpx.patch(f"{url}/v1/sessions/{sid}", json={"runner_id": b.runner_id}, timeout=10).raise_for_status()
+
+        def ended():
+            turn = next(t for t in httpx.get(f"{url}/v1/sessions/{sid}/turns", timeout=5).json()["data"]
+                        if t["id"] == turn_id)
+            return turn if turn["status"] == "completed" else None
+
+        turn = _until("the turn to complete on B", ended, server)
+        assert (turn["attempt"], turn["runner_id"]) == (2, b.runner_id)
+        a.proc.send_signal(signal.SIGCONT)  # A wakes, reconnects and reports its turn: refused
+        _until("A told to cancel", lambda: "cancel requested" in a.log_path.read_text(), a.proc)
+        httpx.post(f"{mock}/gate/release", json={"gate_id": gate}, timeout=5)
+        gate = None
+        _until("A online again", lambda: httpx.get(f"{url}/v1/runners/{a.runner_id}/status").json()["online"])
+        items = httpx.get(f"{url}/v1/sessions/{sid}/items", timeout=5).json()["data"]
+        assert [i["content"][0]["text"] for i in items if i.get("role") == "assistant"] == ["from B"]
+        assert len(mock_requests(mock, model)) == 2  # attempt 1 on A, attempt 2 on B: once each
+    finally:
+        if a.proc.poll() is None:
+            a.proc.send_signal(signal.SIGCONT)
+        if gate is not None:
+            httpx.post(f"{mock}/gate/release", json={"gate_id": gate}, timeout=5)
+        for r in (a, b):
+            _stop_cli_runner_process(r.proc, grace_timeout=5.0)
+        stop(server)
