@@ -55,6 +55,9 @@ from .registry import RunnerConn, RunnerRegistry
 log = logging.getLogger("omnigent.server.turns")
 
 
+LOCAL_HOST = "host_local"  # the in-process host of `omnigent run` / `omnigent server --runners N`
+
+
 class NoRunner(Exception):
     pass
 
@@ -137,10 +140,15 @@ class TurnService:
         taken = self.store.take_over_orphaned_turns(alive_pid_check, os.getpid())
         for turn in taken:
             if turn["status"] == "running":
-                self.adoptions.expect(turn)
+                # a runner of the dead server's own in-process host died with it (stdin EOF): no wait
+                self.adoptions.expect(turn, grace=0.0 if self._died_with_its_server(turn["runner_id"]) else None)
         for session_id in {turn["conversation_id"]: None for turn in taken}:
             self.submit(session_id)
         return taken
+
+    def _died_with_its_server(self, runner_id: str | None) -> bool:
+        row = self.store.runner_credential(runner_id) if runner_id else None
+        return row is not None and row["kind"] == "host" and row["host_id"] in (None, LOCAL_HOST)
 
     def runner_reported(self, conn: RunnerConn, in_flight: list[dict[str, Any]]) -> list[str]:
         """A runner said hello with turns in flight: adopt the expected ones; the rest it must cancel."""

@@ -198,7 +198,8 @@ async def _simulate(plan: Plan, outcome: Outcome) -> None:
             agent = store.upsert_agent("sim", {"name": "sim", "model": "m"})
             for n in range(plan.runners):
                 rid = f"runner_{n:032x}"
-                store.add_runner_credential(rid, hash_secret(f"secret-{rid}"), kind="host")
+                # runners of a host daemon: they outlive the server (the local host's would die with it)
+                store.add_runner_credential(rid, hash_secret(f"secret-{rid}"), kind="host", host_id="host_sim")
                 runners.append(ReconnectingRunner(n, rid, world, random.Random(f"{seed_of(plan)}/runner/{n}"),
                                                   plan.model_time))
             for i in range(len(plan.sessions)):

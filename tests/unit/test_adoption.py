@@ -43,14 +43,15 @@ GRACE = 10.0
 class HandRunner:
     """A runner connection driven by the test: the frames it sends, the frames it got."""
 
-    def __init__(self, state: ServerState, runner_id: str, nursery: trio.Nursery) -> None:
+    def __init__(self, state: ServerState, runner_id: str, nursery: trio.Nursery, host_id: str = "host_d") -> None:
         self.runner_id = runner_id
         to_server, from_runner = trio.open_memory_channel[str](math.inf)
         to_runner, self._in = trio.open_memory_channel[str](math.inf)
         self._out = to_server
         self.transport = MemoryTransport(to_runner, from_runner)
         self.got: list[p.Frame] = []
-        state.store.add_runner_credential(runner_id, hash_secret(f"secret-{runner_id}"), kind="host")
+        state.store.add_runner_credential(runner_id, hash_secret(f"secret-{runner_id}"), kind="host",
+                                          host_id=host_id)  # a daemon's runner: it outlives the server
         nursery.start_soon(self._serve, state)
 
     async def _serve(self, state: ServerState) -> None:
@@ -83,8 +84,9 @@ class HandRunner:
         self.send(p.TurnCompleted(turn_id, f"resp_{text}", [assistant_item(text)]))
 
 
-def _leftovers(store: Store, runner_id: str = "runner_r") -> tuple[str, str]:
+def _leftovers(store: Store, runner_id: str = "runner_r", host_id: str = "host_d") -> tuple[str, str]:
     """What a server killed mid-turn leaves in the store; returns (session id, turn id)."""
+    store.add_runner_credential(runner_id, hash_secret(f"secret-{runner_id}"), kind="host", host_id=host_id)
     agent = store.upsert_agent("helper", {"name": "helper", "model": "m"})
     sid = store.create_conversation(agent_id=agent["id"])["id"]
     store.set_runner(sid, runner_id)  # generation 1
@@ -168,6 +170,18 @@ async def test_a_claim_of_a_session_that_moved_on_is_refused_by_generation(autoj
         s.answer(tid, "fresh")
         await collect_until_terminal(state.hub, sid, tid)
         assert _answers(store, sid) == ["fresh"]
+    store.close()
+
+
+async def test_a_turn_of_the_dead_servers_own_runner_runs_again_at_once(autojump_clock, tmp_path):
+    store = Store(tmp_path / "chat.db")
+    sid, tid = _leftovers(store, host_id=None)  # the in-process host's runner died with its server
+    async with _server(store) as (state, nursery):
+        s = HandRunner(state, "runner_s", nursery)
+        await s.hello()
+        start = await s.recv()
+        assert isinstance(start, p.TurnStart) and start.attempt == 2
+        assert trio.current_time() < GRACE  # no grace waited for a runner that cannot come back
     store.close()
 
 
