@@ -17,6 +17,11 @@ else it sends for that turn (`serve_runner`'s draining set).
 A turn that nobody claims within its grace is dispatched again by the turn
 service, as a new attempt: the model is never called twice for one attempt
 just because the server restarted.
+
+The same holds while the server lives: when the link of a runner that
+outlives it (a host daemon's, or an explicit one) drops mid-turn, the turn
+is expected for `reconnect_grace` s, unless the runner's host reports the
+process gone first.
 """
 
 from __future__ import annotations
@@ -60,6 +65,10 @@ class Adoptions:
 
     def expects(self, turn_id: str) -> bool:
         return turn_id in self._expected
+
+    def expects_session(self, session_id: str) -> bool:
+        """A turn of this session waits for its runner: leave the session's binding alone meanwhile."""
+        return any(e.session_id == session_id for e in self._expected.values())
 
     def claim(self, conn: RunnerConn, in_flight: list[dict[str, Any]]) -> list[str]:
         """Adopt what matches of a hello's `in_flight`; returns the turn ids the runner must cancel."""

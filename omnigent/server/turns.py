@@ -77,6 +77,7 @@ class TurnService:
         loss_budget: int = 3,
         claims: Claims | None = None,
         adopt_grace: float = 10.0,
+        reconnect_grace: float = 5.0,
     ) -> None:
         self.store = store
         self.hub = hub
@@ -95,6 +96,7 @@ class TurnService:
         self._handled: set[str] = set()  # lost runners whose sessions were moved (left ones may be taken)
         self.exit_report_wait = 0.2
         self.adoptions = Adoptions(store, adopt_grace)
+        self.reconnect_grace = reconnect_grace  # a remote runner's dropped link, mid-turn
         self._moved: set[str] = set()  # sessions rebound while a turn ran: its runner's frames are refused
 
     # --- entry points -------------------------------------------------------
@@ -145,6 +147,49 @@ class TurnService:
         for session_id in {turn["conversation_id"]: None for turn in taken}:
             self.submit(session_id)
         return taken
+
+    async def _reclaim(self, session_id: str, turn_id: str,
+                       conn: RunnerConn) -> tuple[RunnerConn, trio.MemoryReceiveChannel[Any]] | str | None:
+        """A remote runner's link dropped mid-turn: its reconnect within the grace, claiming the turn.
+
+        Called with no checkpoint since the loss was seen, so the expectation is
+        in place before the runner can redial. A runner of the local host (its
+        process ends with its link), or one whose host reports it gone or that
+        was declared hung, is not waited for. "cancelled": a client interrupted the wait.
+        """
+        if self.reconnect_grace <= 0 or not self._outlives_its_link(conn.runner_id):
+            return None
+        turn = self.store.get_turn(turn_id)
+        if turn is None or turn["status"] != "running" or self.adoptions.expects(turn_id):
+            return None
+        self.adoptions.expect(turn, grace=self.reconnect_grace)
+        claimed: list[tuple[RunnerConn, trio.MemoryReceiveChannel[Any]]] = []
+
+        async def wait() -> None:
+            async with trio.open_nursery() as nursery:
+                async def gone_for_good() -> None:
+                    while True:
+                        gone = self.registry.departed.get(conn.runner_id)
+                        if gone is not None and (gone.reported or gone.cause.startswith("hung")):
+                            nursery.cancel_scope.cancel()
+                            return
+                        await self.registry.wait_changed()
+
+                nursery.start_soon(gone_for_good)
+                got = await self.adoptions.wait(turn_id)
+                if got is not None:
+                    claimed.append(got)
+                nursery.cancel_scope.cancel()
+
+        if not await self._wait(session_id, wait()):  # interrupted meanwhile: the caller ends the turn
+            return "cancelled"
+        if claimed:
+            log.info("turn %s: runner %s reconnected and claimed it; no new attempt", turn_id, conn.runner_id)
+        return claimed[0] if claimed else None
+
+    def _outlives_its_link(self, runner_id: str) -> bool:
+        row = self.store.runner_credential(runner_id)
+        return row is not None and (row["kind"] == "explicit" or row["host_id"] not in (None, LOCAL_HOST))
 
     def _died_with_its_server(self, runner_id: str | None) -> bool:
         row = self.store.runner_credential(runner_id) if runner_id else None
@@ -203,8 +248,8 @@ class TurnService:
         loads = self._loads()
         moved = False
         for session_id in self.store.conversations_for_runner(old):
-            if not loads or self.claims.held_elsewhere(session_id):
-                continue
+            if not loads or self.claims.held_elsewhere(session_id) or self.adoptions.expects_session(session_id):
+                continue  # (a turn waiting for its runner to reconnect keeps the binding, and generation)
             conn = _least_loaded(loads)
             if not self.store.bind_runner(session_id, conn.runner_id, expected=old):
                 continue  # rebound meanwhile (another process holding its claim)
@@ -298,6 +343,15 @@ class TurnService:
                 return
             self._retrying.discard(session_id)
             outcome = await self._attempt(session_id, turn_id, conn)
+            while outcome == "lost":  # a runner that outlives its link may come back for it
+                claimed = await self._reclaim(session_id, turn_id, conn)
+                if claimed == "cancelled":
+                    self._cancelled(session_id, turn_id)
+                    return
+                if claimed is None:
+                    break
+                conn, frames = claimed
+                outcome = await self._follow(session_id, turn_id, conn, frames)
             if outcome == "moved":  # rebound by hand: the new binding runs it, at no loss
                 self.store.finish_turn(turn_id, "interrupted", error="the session was moved to another runner")
                 continue

@@ -13,7 +13,10 @@ it, and hand-driven runners connect over memory transports:
   neither stored nor published;
 - the session moved on (rebound) before R came back: R's claim is refused
   by generation;
-- a live process's running turn is not taken.
+- a live process's running turn is not taken;
+- while the server lives, a daemon runner whose link drops mid-turn is
+  waited for and adopted again, while a local runner's turn (its process
+  ends with its link) is dispatched again at once, as before.
 """
 
 from __future__ import annotations
@@ -193,4 +196,54 @@ async def test_a_live_processes_running_turn_is_not_taken(autojump_clock, tmp_pa
         assert turns.take_over(lambda pid: True) == []  # another `omnigent run` still runs it
         assert store.get_turn(tid)["owner_pid"] == 999_999
         nursery.cancel_scope.cancel()
+    store.close()
+
+
+async def test_a_daemon_runner_whose_link_drops_mid_turn_is_waited_for_and_adopted(autojump_clock, tmp_path):
+    store = Store(tmp_path / "chat.db")
+    async with _server(store) as (state, nursery):
+        agent = store.upsert_agent("helper", {"name": "helper", "model": "m"})
+        sid = store.create_conversation(agent_id=agent["id"])["id"]
+        r = HandRunner(state, "runner_r", nursery)
+        await r.hello()
+        item = store.append_item(sid, {"type": "message", "role": "user", "content": "hi"})
+        tid = store.create_turn(sid, item["id"])["id"]
+        state.turns.submit(sid)
+        start = await r.recv()
+        assert isinstance(start, p.TurnStart) and start.attempt == 1
+        r._out.close()  # the network drops; the runner process lives and redials
+        await trio.sleep(1.5)
+        back = HandRunner(state, "runner_r", nursery)
+        await back.hello([{"turn_id": tid, "attempt": 1, "generation": start.generation}])
+        back.answer(tid, "kept")
+        await collect_until_terminal(state.hub, sid, tid)
+        assert (store.get_turn(tid)["status"], store.get_turn(tid)["attempt"]) == ("completed", 1)
+        assert _answers(store, sid) == ["kept"]
+        assert not [f for f in back.got if isinstance(f, (p.TurnStart, p.Cancel))]
+    store.close()
+
+
+async def test_a_local_runner_whose_link_drops_is_not_waited_for(autojump_clock, tmp_path):
+    store = Store(tmp_path / "chat.db")
+    async with _server(store) as (state, nursery):
+        agent = store.upsert_agent("helper", {"name": "helper", "model": "m"})
+        sid = store.create_conversation(agent_id=agent["id"])["id"]
+        r = HandRunner(state, "runner_r", nursery, host_id=None)  # its process ends with its link
+        s = HandRunner(state, "runner_s", nursery, host_id=None)
+        await r.hello()
+        await s.hello()
+        item = store.append_item(sid, {"type": "message", "role": "user", "content": "hi"})
+        tid = store.create_turn(sid, item["id"])["id"]
+        state.turns.submit(sid)
+        with trio.move_on_after(1):
+            while store.get_conversation(sid)["runner_id"] is None:
+                await trio.sleep(0.01)
+        first = s if store.get_conversation(sid)["runner_id"] == "runner_s" else r
+        other = r if first is s else s
+        assert isinstance(await first.recv(), p.TurnStart)
+        dropped = trio.current_time()
+        first._out.close()
+        start = await other.recv()
+        assert isinstance(start, p.TurnStart) and start.attempt == 2
+        assert trio.current_time() - dropped < 1.0  # dispatched again at once, as before
     store.close()
