@@ -144,6 +144,7 @@ async def _claim_id(state: ServerState, conn: RunnerConn) -> bool:
             return False  # it answered: that connection is alive
         log.warning("runner %s: a reconnect replaces a connection silent for %.1f s",
                     conn.runner_id, state.reconnect_probe)
+        state.turns.link_replaced(old)  # its turns wait for this connection's claims
         state.registry.replace(old, conn, "replaced by a reconnect of the same runner")
         return True
 

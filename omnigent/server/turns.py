@@ -159,10 +159,11 @@ class TurnService:
         """
         if self.reconnect_grace <= 0 or not self._outlives_its_link(conn.runner_id):
             return None
-        turn = self.store.get_turn(turn_id)
-        if turn is None or turn["status"] != "running" or self.adoptions.expects(turn_id):
-            return None
-        self.adoptions.expect(turn, grace=self.reconnect_grace)
+        if not self.adoptions.expects(turn_id):  # (`link_replaced` may have put it in place already)
+            turn = self.store.get_turn(turn_id)
+            if turn is None or turn["status"] != "running":
+                return None
+            self.adoptions.expect(turn, grace=self.reconnect_grace)
         claimed: list[tuple[RunnerConn, trio.MemoryReceiveChannel[Any]]] = []
 
         async def wait() -> None:
@@ -186,6 +187,18 @@ class TurnService:
         if claimed:
             log.info("turn %s: runner %s reconnected and claimed it; no new attempt", turn_id, conn.runner_id)
         return claimed[0] if claimed else None
+
+    def link_replaced(self, old: RunnerConn) -> None:
+        """A reconnect replaces a silent connection of a runner: its turns are expected on the new one.
+
+        Called before the new connection's hello is read, so its claims find them.
+        """
+        if self.reconnect_grace <= 0 or not self._outlives_its_link(old.runner_id):
+            return
+        for turn_id in list(old.turns):
+            turn = self.store.get_turn(turn_id)
+            if turn is not None and turn["status"] == "running" and not self.adoptions.expects(turn_id):
+                self.adoptions.expect(turn, grace=self.reconnect_grace)
 
     def _outlives_its_link(self, runner_id: str) -> bool:
         row = self.store.runner_credential(runner_id)

@@ -247,3 +247,25 @@ async def test_a_local_runner_whose_link_drops_is_not_waited_for(autojump_clock,
         assert isinstance(start, p.TurnStart) and start.attempt == 2
         assert trio.current_time() - dropped < 1.0  # dispatched again at once, as before
     store.close()
+
+
+async def test_a_reconnect_that_replaces_a_silent_connection_adopts_its_turn(autojump_clock, tmp_path):
+    store = Store(tmp_path / "chat.db")
+    async with _server(store) as (state, nursery):
+        agent = store.upsert_agent("helper", {"name": "helper", "model": "m"})
+        sid = store.create_conversation(agent_id=agent["id"])["id"]
+        r = HandRunner(state, "runner_r", nursery)
+        await r.hello()
+        item = store.append_item(sid, {"type": "message", "role": "user", "content": "hi"})
+        tid = store.create_turn(sid, item["id"])["id"]
+        state.turns.submit(sid)
+        start = await r.recv()
+        # r's old connection stays open but silent (a half-open socket); the runner dials again
+        back = HandRunner(state, "runner_r", nursery)
+        await back.hello([{"turn_id": tid, "attempt": 1, "generation": start.generation}])
+        back.answer(tid, "kept")
+        await collect_until_terminal(state.hub, sid, tid)
+        assert (store.get_turn(tid)["status"], store.get_turn(tid)["attempt"]) == ("completed", 1)
+        assert _answers(store, sid) == ["kept"]
+        assert not [f for f in back.got if isinstance(f, (p.TurnStart, p.Cancel))]
+    store.close()
