@@ -228,7 +228,7 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
 
     try:
         code = trio.run(partial(run_tree, runners=runners, tuning=tuning, bind=(host, port), token=token,
-                                require_token=bool(token), allow_hosts=allow_hosts),
+                                require_token=bool(token), allow_hosts=allow_hosts, take_over=True),
                         db_path, make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None

@@ -34,13 +34,20 @@ class Frame:
 
 @dataclass(frozen=True)
 class Hello(Frame):
-    """Runner -> server, first frame: who I am and what I can run."""
+    """Runner -> server, first frame: who I am and what I can run.
+
+    `in_flight` lists the turns this runner still owes an end for, after a
+    reconnect (the server restarted, the link dropped): `{"turn_id",
+    "attempt", "generation"}` each. The server adopts those whose attempt
+    and generation still match and sends `Cancel` for every other one.
+    """
 
     kind: ClassVar[str] = "hello"
     runner_id: str
     pid: int
     protocol_version: int
     harnesses: list[str]
+    in_flight: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,9 @@ class TurnStart(Frame):
     input: list[dict[str, Any]]
     model: str
     reasoning_effort: str | None = None
+    # the session's ownership generation at dispatch: a runner reports it back in
+    # `Hello.in_flight`, and a report from a session that has moved on is refused
+    generation: int = 0
 
 
 @dataclass(frozen=True)

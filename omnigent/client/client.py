@@ -84,9 +84,17 @@ class OmnigentClient:
         created = await self.sessions.create_raw(bundle, filename=filename, **metadata)
         return await self.get_session(created["session_id"])
 
-    async def upload_agent(self, bundle: bytes, *, filename: str = "agent.tar.gz") -> dict[str, Any]:
-        """Register or update (by name) the agent so resumed sessions run the current spec."""
-        return await self._t.request("POST", "/v1/agents", data={"metadata": "{}"},
+    async def upload_agent(self, bundle: bytes, *, filename: str = "agent.tar.gz",
+                           session_id: str | None = None) -> dict[str, Any]:
+        """Register or update (by name) the agent; with `session_id`, pin it to that session only.
+
+        A resumed session runs the spec it is given here (its `--model` and
+        `--harness` overrides included); no other session's spec changes.
+        """
+        import json
+
+        meta = json.dumps({"session_id": session_id} if session_id else {})
+        return await self._t.request("POST", "/v1/agents", data={"metadata": meta},
                                      files={"bundle": (filename, bundle, "application/gzip")})
 
     async def get_session(self, session_id: str) -> dict[str, Any]:

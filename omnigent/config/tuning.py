@@ -23,6 +23,9 @@ class Tuning:
     turn_losses: int = 5         # runners a turn may lose (mid-turn) before it fails: runner_lost
     runner_wait: float = 30.0    # how long a message waits for a runner to come online
     host_grace: float = 10.0     # how long a host whose link dropped has to come back
+    # `omnigent server` after a restart: how long a turn that was running waits for its
+    # runner to reconnect and claim it before it is dispatched again
+    adopt_grace: float = 10.0
 
 
 _VARS = {
@@ -31,6 +34,7 @@ _VARS = {
     "OMNIGENT_TURN_LOSSES": ("turn_losses", int),
     "OMNIGENT_RUNNER_WAIT": ("runner_wait", float),
     "OMNIGENT_HOST_GRACE": ("host_grace", float),
+    "OMNIGENT_ADOPT_GRACE": ("adopt_grace", float),
 }
 
 

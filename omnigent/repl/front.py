@@ -49,7 +49,7 @@ class Front:
         """The conversation to attach to, or None for a fresh one. Precedence: id, picker, continue."""
         session_id = await self._find(client, lines)
         if session_id is not None:
-            await client.upload_agent(self.options.bundle)
+            await client.upload_agent(self.options.bundle, session_id=session_id)  # this session only
         return session_id
 
     async def _find(self, client: OmnigentClient, lines: LineInput | None) -> str | None:

@@ -4,7 +4,15 @@ A runner holds no durable state; each TurnStart carries everything it needs.
 What this module owns is the process's lifetime: connecting (with patience
 while the server starts), the frame loop, one task per turn with its own
 cancel scope, and exiting promptly and cleanly when stdin reaches EOF (a dead
-supervisor leaves no orphan, G9), when the websocket closes, or on SIGTERM.
+supervisor leaves no orphan, G9) or on SIGTERM.
+
+A dropped websocket does not end a runner: its turns go on (the model's
+stream with them), their frames wait in the outbox, and it dials the same
+URL again with the same id and secret (`redial.py`: capped backoff with
+jitter), reporting the turns it still owes an end for in its hello
+(`in_flight`), so a restarted server can adopt them. Only a refusal ends it:
+4003 (its secret is no longer accepted; the host replaces it) or a protocol
+error.
 
 Top-level imports stay at trio, trio_websocket, protocol and the standard
 library. openai (via `harness`, ~0.3-0.5 s, seconds under load) is imported
@@ -24,14 +32,13 @@ and is not killed as hung.
 from __future__ import annotations
 
 import os
-import signal
+import random
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
-from urllib.parse import urlsplit
 
 import trio
 from trio_websocket import (
@@ -59,8 +66,10 @@ from protocol import (
     encode,
 )
 
-from . import _early_exit
 from ._log import log, one_line
+from .config import Config, ConfigError, load_config  # noqa: F401  (their home before)
+from .redial import FATAL, REFUSED, Backoff
+from .watch import _watch_signals, _watch_stdin
 
 # Must match harness.HARNESSES (a unit test checks), without importing openai.
 HARNESSES = ["openai-agents", "openai-chat"]
@@ -68,55 +77,50 @@ HARNESSES = ["openai-agents", "openai-chat"]
 CONNECT_TIMEOUT = 5.0      # one attempt (G2: the 60 s default is far too long)
 DISCONNECT_TIMEOUT = 2.0
 CONNECT_PATIENCE = 30.0    # the server may still be starting
-RETRY_FIRST, RETRY_CAP = 0.05, 1.0
 HELLO_TIMEOUT = 10.0
-OUTBOX_SIZE = 256
+# frames held while no connection is up (a turn waits when it is full): a long answer's deltas
+OUTBOX_SIZE = 4096
 THREAD_CODEC_BYTES = 64 * 1024  # frames larger than this are decoded/encoded off the loop
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
-class ConfigError(Exception):
-    """The environment the supervisor should have set is missing or malformed."""
+@dataclass
+class _Turn:
+    """A turn this runner owes the server an end for: running, or its end not yet sent."""
 
+    start: TurnStart
+    scope: trio.CancelScope
+    done: trio.Event
 
-@dataclass(frozen=True)
-class Config:
-    server_url: str
-    runner_id: str
-    token: str
-
-    @property
-    def ws_url(self) -> str:
-        parts = urlsplit(self.server_url)
-        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
-        return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/v1/runners/{self.runner_id}/ws"
-
-
-def load_config(environ: Mapping[str, str]) -> Config:
-    names = ("OMNIGENT_SERVER_URL", "OMNIGENT_RUNNER_ID", "OMNIGENT_RUNNER_TOKEN")
-    missing = [n for n in names if not environ.get(n)]
-    if missing:
-        raise ConfigError(f"{', '.join(missing)} not set (the runner is started by an omnigent host)")
-    url, runner_id, token = (environ[n] for n in names)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
-        raise ConfigError(f"OMNIGENT_SERVER_URL must be an http(s) URL, got {url!r}")
-    if not runner_id.isascii() or any(c in runner_id for c in "/?#% \t"):
-        raise ConfigError(f"OMNIGENT_RUNNER_ID is not a valid runner id: {runner_id!r}")
-    return Config(url, runner_id, token)
+    def claim(self) -> dict[str, Any]:
+        return {"turn_id": self.start.turn_id, "attempt": self.start.attempt, "generation": self.start.generation}
 
 
 class Runner:
-    """One connection's worth of state: the outbox, the running turns, the clients."""
+    """The runner's state across connections: its turns, the frames they send, the clients.
 
-    def __init__(self, config: Config, environ: Mapping[str, str] = os.environ) -> None:
+    Turns outlive a connection: they run in a nursery of their own and put
+    their frames in one outbox that the current connection's send loop
+    drains. While no connection is up the outbox holds them (bounded: a turn
+    waits when it is full), and the frame whose send failed is sent first on
+    the next connection, so the server sees every frame of an adopted turn.
+    """
+
+    def __init__(self, config: Config, environ: Mapping[str, str] = os.environ, *,
+                 dial: Callable[..., Any] | None = None, rng: random.Random | None = None) -> None:
         self.config = config
         self.environ = environ
         self.exit_code = EXIT_OK
         self.stopping = False
         # What `request_stop` cancels: the connect loop, then the session.
         self._active = trio.CancelScope()
-        self._turns: dict[str, trio.CancelScope] = {}
+        self._turns: dict[str, _Turn] = {}   # running here now
+        self._owed: dict[str, _Turn] = {}    # turn id -> the attempt whose end is not yet sent
+        self._outbox, self._queued = trio.open_memory_channel[tuple[Frame, "_Turn | None"]](OUTBOX_SIZE)
+        self._unsent: tuple[Frame, _Turn | None] | None = None  # its send failed: first on the next connection
+        self._turn_nursery: trio.Nursery | None = None
+        self._dial = dial or _dial_websocket
+        self._backoff = Backoff(rng=rng)
         self._harness: ModuleType | None = None
         self._pool: Any = None
 
@@ -136,42 +140,56 @@ class Runner:
         return self._active
 
     async def connect_and_serve(self) -> int:
-        """Dial with capped backoff while the server is unreachable, then serve until the end."""
-        self._stoppable()
-        deadline = trio.current_time() + CONNECT_PATIENCE
-        delay = RETRY_FIRST
+        """Dial, serve, and dial again after a drop, until stopped or refused; the exit code."""
+        async with trio.open_nursery() as turns:
+            self._turn_nursery = turns
+            try:
+                return await self._connect_loop()
+            finally:
+                turns.cancel_scope.cancel()
+
+    async def _connect_loop(self) -> int:
+        outer = self._stoppable()
+        deadline = trio.current_time() + CONNECT_PATIENCE  # only until the first hello.ack
+        connected_once = False
         attempts = 0
         headers = [(b"authorization", f"Bearer {self.config.token}".encode())]
-        with self._active:
+        with outer:
             while True:
+                self._active = outer  # between connections, stopping cancels the wait
                 attempts += 1
-                connected = False
+                outcome = "unreachable"
+                why = ""
                 try:
-                    async with open_websocket_url(
-                        self.config.ws_url,
-                        extra_headers=headers,
-                        max_message_size=MAX_FRAME_BYTES,
-                        connect_timeout=CONNECT_TIMEOUT,
-                        disconnect_timeout=DISCONNECT_TIMEOUT,
-                    ) as ws:
-                        connected = True
-                        await self._serve(ws)
-                        return self.exit_code
+                    async with self._dial(self.config.ws_url, headers) as ws:
+                        outcome = await self._serve(ws)
                 except HandshakeError as exc:
-                    if connected:  # closing timed out; we are leaving anyway
-                        log(f"websocket close: {_why(exc)}")
-                        return self.exit_code
-                    if isinstance(exc, ConnectionRejected) and exc.status_code < 500:
-                        log(f"server refused the runner websocket: HTTP {exc.status_code}")
+                    if outcome == "unreachable":
+                        if isinstance(exc, ConnectionRejected) and exc.status_code < 500:
+                            log(f"server refused the runner websocket: HTTP {exc.status_code}")
+                            return EXIT_ERROR
+                        why = _why(exc)
+                    # else: closing timed out after the session ended; its outcome stands
+                self._active = outer
+                if self.stopping or outcome == "stop":
+                    return self.exit_code
+                if outcome in ("refused", "error"):
+                    return EXIT_ERROR
+                if outcome == "served":
+                    connected_once = True
+                    self._backoff.reset()
+                    attempts = 0
+                delay = self._backoff.next()
+                if outcome == "unreachable":
+                    if not connected_once and trio.current_time() + delay > deadline:
+                        log(f"giving up: server unreachable for {CONNECT_PATIENCE:.0f} s "
+                            f"after {attempts} attempts ({why})")
                         return EXIT_ERROR
                     if attempts == 1:
-                        log(f"server not reachable yet at {self.config.ws_url} ({_why(exc)}); retrying")
-                    if trio.current_time() + delay > deadline:
-                        log(f"giving up: server unreachable for {CONNECT_PATIENCE:.0f} s "
-                            f"after {attempts} attempts ({_why(exc)})")
-                        return EXIT_ERROR
+                        state = "yet" if not connected_once else "again"
+                        log(f"server not reachable {state} at {self.config.ws_url} ({why}); retrying"
+                            + (f" with {len(self._owed)} turn(s) in flight" if self._owed else ""))
                 await trio.sleep(delay)
-                delay = min(delay * 2, RETRY_CAP)
         return EXIT_OK  # stopped while still connecting
 
     async def aclose(self) -> None:
@@ -182,44 +200,66 @@ class Runner:
 
     # --- session --------------------------------------------------------
 
-    async def _serve(self, ws: WebSocketConnection) -> None:
+    async def _serve(self, ws: WebSocketConnection) -> str:
+        """One connection: "served" (it dropped after the hello: dial again), "dropped" (before),
+        "refused" (4003: end), "error" (a protocol error: end) or "stop"."""
+        outcome = "stop"
         with trio.CancelScope() as session:
             self._active = session
             if self.stopping:
                 session.cancel()
-            if await self._handshake(ws):
-                send, outbox = trio.open_memory_channel[Frame](OUTBOX_SIZE)
+            outcome = await self._handshake(ws)
+            if outcome == "served":
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._send_loop, ws, outbox, nursery)
-                    await self._receive_loop(ws, send, nursery)
+                    nursery.start_soon(self._send_loop, ws, nursery)
+                    outcome = await self._receive_loop(ws)
                     nursery.cancel_scope.cancel()
         if self.stopping:
             with trio.move_on_after(DISCONNECT_TIMEOUT) as scope:
                 scope.shield = True
                 await ws.aclose(1001, "runner stopping")
+            return "stop"
+        return outcome
 
-    async def _handshake(self, ws: WebSocketConnection) -> bool:
-        hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES))
+    async def _handshake(self, ws: WebSocketConnection) -> str:
+        in_flight = [turn.claim() for turn in self._owed.values()]
+        hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES), in_flight)
         try:
             await ws.send_message(encode(hello))
             with trio.fail_after(HELLO_TIMEOUT):
                 raw = await ws.get_message()
         except ConnectionClosed as exc:
-            log(f"server closed the connection before acknowledging the hello: {_close_reason(exc)}")
-            self.exit_code = EXIT_ERROR
-            return False
+            return self._closed(exc, "before acknowledging the hello")
         except trio.TooSlowError:
-            log(f"no hello acknowledgement within {HELLO_TIMEOUT:.0f} s")
-            self.exit_code = EXIT_ERROR
-            return False
+            log(f"no hello acknowledgement within {HELLO_TIMEOUT:.0f} s; dialing again")
+            return "dropped"
         frame = await self._decode(ws, raw)
         if frame is None:
-            return False
+            return "error"
         if not isinstance(frame, HelloAck):
             await self._protocol_error(ws, f"expected hello.ack, got {frame.kind!r}")
-            return False
-        log(f"online as {self.config.runner_id} at {self.config.ws_url} (pid {os.getpid()})")
-        return True
+            return "error"
+        log(f"online as {self.config.runner_id} at {self.config.ws_url} (pid {os.getpid()})"
+            + (f", {len(in_flight)} turn(s) in flight" if in_flight else ""))
+        return "served"
+
+    def _closed(self, exc: ConnectionClosed, when: str) -> str:
+        """What a close by the server means: end (refused, a protocol error) or dial again."""
+        served = not when
+        when = f" {when}" if when else ""
+        code = exc.reason.code if exc.reason is not None else None
+        if code == REFUSED:
+            log(f"server refused this runner{when}: {_close_reason(exc)}; exiting")
+            self.exit_code = EXIT_ERROR
+            return "refused"
+        if code in FATAL:
+            log(f"server closed the connection{when}: {_close_reason(exc)}; exiting")
+            self.exit_code = EXIT_ERROR
+            return "error"
+        if not self.stopping:
+            log(f"server closed the connection{when}: {_close_reason(exc)}; dialing again"
+                + (f" ({len(self._owed)} turn(s) in flight)" if self._owed else ""))
+        return "served" if served else "dropped"
 
     def _import_harness(self) -> None:
         # In a worker thread: the loop keeps watching stdin and signals meanwhile.
@@ -245,45 +285,44 @@ class Runner:
         assert self._harness is not None
         return self._harness
 
-    async def _receive_loop(
-        self, ws: WebSocketConnection, send: trio.MemorySendChannel[Frame], nursery: trio.Nursery
-    ) -> None:
+    async def _receive_loop(self, ws: WebSocketConnection) -> str:
         while True:
             try:
                 raw = await ws.get_message()
             except ConnectionClosed as exc:
-                log(f"server closed the connection: {_close_reason(exc)}")
-                return
+                return self._closed(exc, "")
             frame = await self._decode(ws, raw)
             if frame is None:
-                return
+                return "error"
             if isinstance(frame, Ping):
                 # straight to the socket, not behind the turns' queued events: the
                 # websocket's send lock lets it wait behind at most the frame being sent
                 try:
                     await ws.send_message(encode(Pong(frame.ts)))
                 except ConnectionClosed as exc:
-                    log(f"connection closed while sending a pong: {_close_reason(exc)}")
-                    return
+                    return self._closed(exc, "")
             elif isinstance(frame, TurnStart):
-                self._start_turn(frame, send, nursery)
+                self._start_turn(frame)
             elif isinstance(frame, Cancel):
-                scope = self._turns.get(frame.turn_id)
-                if scope is None:
-                    log(f"cancel for turn {frame.turn_id}, which is not running here: ignored")
-                else:
+                turn = self._turns.get(frame.turn_id)
+                if turn is not None:
                     log(f"turn {frame.turn_id} cancel requested")
-                    scope.cancel()
+                    turn.scope.cancel()
+                elif frame.turn_id in self._owed:
+                    log(f"cancel for turn {frame.turn_id}, which has ended here: its end is on the way")
+                else:
+                    log(f"cancel for turn {frame.turn_id}, which is not running here: ignored")
             else:
                 await self._protocol_error(ws, f"a server may not send {frame.kind!r} to a runner")
-                return
+                return "error"
 
-    async def _send_loop(
-        self, ws: WebSocketConnection, outbox: trio.MemoryReceiveChannel[Frame], nursery: trio.Nursery
-    ) -> None:
+    async def _send_loop(self, ws: WebSocketConnection, nursery: trio.Nursery) -> None:
         # The turns' only writer: a cancelled turn can never cut a frame in half.
         # (Pongs go out from the receive loop; the websocket serialises whole messages.)
-        async for frame in outbox:
+        while True:
+            if self._unsent is None:
+                self._unsent = await self._queued.receive()
+            frame, turn = self._unsent
             data = await _encode(frame)
             if len(data) > MAX_FRAME_BYTES:
                 turn_id = getattr(frame, "turn_id", "?")
@@ -292,48 +331,63 @@ class Runner:
                                          f"a {frame.kind} frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}"))
             try:
                 await ws.send_message(data)
-            except ConnectionClosed as exc:
-                log(f"connection closed while sending: {_close_reason(exc)}")
-                nursery.cancel_scope.cancel()
+            except ConnectionClosed:
+                nursery.cancel_scope.cancel()  # the receive loop says why; this frame goes first next time
                 return
+            self._unsent = None
+            if turn is not None and isinstance(frame, (TurnCompleted, TurnFailed)) \
+                    and self._owed.get(turn.start.turn_id) is turn:
+                del self._owed[turn.start.turn_id]  # its end is out: nothing owed any more
 
     # --- turns ----------------------------------------------------------
 
-    def _start_turn(self, turn: TurnStart, send: trio.MemorySendChannel[Frame], nursery: trio.Nursery) -> None:
-        if turn.turn_id in self._turns:
-            log(f"turn {turn.turn_id} is already running here: duplicate turn.start ignored")
+    def _start_turn(self, start: TurnStart) -> None:
+        old = self._owed.get(start.turn_id)
+        if old is not None and old.start.attempt == start.attempt:
+            log(f"turn {start.turn_id} is already running here: duplicate turn.start ignored")
             return
         # Registered before the task runs, so a Cancel right behind it still finds it.
-        scope = self._turns[turn.turn_id] = trio.CancelScope()
-        nursery.start_soon(self._run_turn, turn, scope, send)
+        turn = _Turn(start, trio.CancelScope(), trio.Event())
+        self._turns[start.turn_id] = self._owed[start.turn_id] = turn
+        assert self._turn_nursery is not None
+        self._turn_nursery.start_soon(self._run_turn, turn, old)
 
-    async def _run_turn(self, turn: TurnStart, scope: trio.CancelScope, send: trio.MemorySendChannel[Frame]) -> None:
-        harness_name = turn.agent.get("harness") or "openai-agents"
-        log(f"turn {turn.turn_id} start: session {turn.session_id} attempt {turn.attempt} "
-            f"model {turn.model!r} harness {harness_name} ({len(turn.input)} input items)")
+    async def _run_turn(self, turn: _Turn, superseded: _Turn | None) -> None:
+        start = turn.start
+        if superseded is not None:  # another attempt of this turn: it ends (and says so) first
+            superseded.scope.cancel()
+            await superseded.done.wait()
+        harness_name = start.agent.get("harness") or "openai-agents"
+        log(f"turn {start.turn_id} start: session {start.session_id} attempt {start.attempt} "
+            f"model {start.model!r} harness {harness_name} ({len(start.input)} input items)")
         started = trio.current_time()
         terminal: Frame | None = None
         try:
-            with scope:
-                terminal = await self._execute(turn, send)
+            with turn.scope:
+                terminal = await self._execute(start, turn)
+            if turn.scope.cancel_called or terminal is None:
+                terminal = TurnFailed(start.turn_id, "cancelled", "cancelled")
+            elapsed = trio.current_time() - started
+            if isinstance(terminal, TurnFailed):
+                log(f"turn {start.turn_id} failed after {elapsed:.2f} s: {terminal.code}: {terminal.message}")
+            else:
+                log(f"turn {start.turn_id} completed after {elapsed:.2f} s")
+            await self._outbox.send((terminal, turn))
         finally:
-            del self._turns[turn.turn_id]
-        if scope.cancel_called or terminal is None:
-            terminal = TurnFailed(turn.turn_id, "cancelled", "cancelled")
-        elapsed = trio.current_time() - started
-        if isinstance(terminal, TurnFailed):
-            log(f"turn {turn.turn_id} failed after {elapsed:.2f} s: {terminal.code}: {terminal.message}")
-        else:
-            log(f"turn {turn.turn_id} completed after {elapsed:.2f} s")
-        await send.send(terminal)
+            if self._turns.get(start.turn_id) is turn:
+                del self._turns[start.turn_id]
+            turn.done.set()
 
-    async def _execute(self, turn: TurnStart, send: trio.MemorySendChannel[Frame]) -> Frame:
+    async def _execute(self, start: TurnStart, turn: _Turn) -> Frame:
+        async def emit(frame: Frame) -> None:
+            await self._outbox.send((frame, turn))
+
         try:
             harness = await self._load_harness()
-            return await harness.execute(self._pool, turn, send.send, self.environ)
+            return await harness.execute(self._pool, start, emit, self.environ)
         except Exception as exc:  # a bug in a turn must not take the other turns down
-            log(f"turn {turn.turn_id} crashed:\n{traceback.format_exc().rstrip()}")
-            return TurnFailed(turn.turn_id, "runner_error", one_line(f"{type(exc).__name__}: {exc}"))
+            log(f"turn {start.turn_id} crashed:\n{traceback.format_exc().rstrip()}")
+            return TurnFailed(start.turn_id, "runner_error", one_line(f"{type(exc).__name__}: {exc}"))
 
     # --- protocol errors ------------------------------------------------
 
@@ -362,6 +416,11 @@ async def _encode(frame: Frame) -> str | bytes:
     return encode(frame)
 
 
+def _dial_websocket(url: str, headers: list[tuple[bytes, bytes]]) -> Any:
+    return open_websocket_url(url, extra_headers=headers, max_message_size=MAX_FRAME_BYTES,
+                              connect_timeout=CONNECT_TIMEOUT, disconnect_timeout=DISCONNECT_TIMEOUT)
+
+
 def _why(exc: BaseException) -> str:
     cause = exc.__cause__ or exc.__context__
     return one_line(f"{type(exc).__name__}: {cause}" if cause is not None else repr(exc), 200)
@@ -372,37 +431,6 @@ def _close_reason(exc: ConnectionClosed) -> str:
     if reason is None:
         return "closed"
     return f"code {reason.code}" + (f" ({reason.reason})" if reason.reason else "")
-
-
-async def _watch_stdin(runner: Runner, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Stop at EOF on stdin: the supervisor holds the other end, so its death closes it (G9)."""
-    task_status.started()
-    try:
-        fd = os.dup(0)
-    except OSError:
-        log("stdin is closed; not watching it")
-        return
-    try:
-        stream = trio.lowlevel.FdStream(fd)
-    except OSError as exc:
-        os.close(fd)
-        log(f"cannot watch stdin: {exc}")
-        return
-    _early_exit.disarm()  # the loop watches from here on
-    async with stream:
-        try:
-            while await stream.receive_some(4096):
-                pass  # nothing is said on stdin; only its end matters
-        except (OSError, trio.BrokenResourceError):
-            pass
-    runner.request_stop("stdin closed")
-
-
-async def _watch_signals(runner: Runner, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        task_status.started()
-        async for signum in signals:
-            runner.request_stop(signal.Signals(signum).name)
 
 
 async def run(config: Config, environ: Mapping[str, str] = os.environ) -> int:

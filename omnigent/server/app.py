@@ -139,8 +139,15 @@ def create_app(state: ServerState) -> QuartTrio:
 
     # --- sessions -----------------------------------------------------------
 
-    async def _upload_agent() -> tuple[dict[str, Any], dict[str, Any]]:
-        """Register the multipart `bundle` (idempotent by agent name); returns (agent, metadata)."""
+    async def _upload_agent() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], bytes]:
+        """Parse the multipart `bundle`; returns (named agent row, metadata, spec, bundle bytes).
+
+        The named row (one per agent name: what new sessions start from and
+        `--continue` finds) is created or updated, except by a resume
+        (metadata `session_id`), which changes only that session and creates
+        the named row only if there is none. What a session runs is pinned
+        per session by the caller.
+        """
         with trio.move_on_after(bodies.BODY_TIMEOUT) as slow:
             form = await request.form
             parts = await request.files
@@ -155,20 +162,33 @@ def create_app(state: ServerState) -> QuartTrio:
             spec = await bodies.parse_bundle(data, upload.filename or "bundle", bundle_limiter)
         except SpecError as exc:
             raise invalid(f"bad agent bundle: {exc}") from None
-        return store.upsert_agent(spec.name, spec.to_dict(), data), meta
+        spec_dict = spec.to_dict()
+        agent = store.get_agent_by_name(spec.name) if meta.get("session_id") is not None else None
+        if agent is None:
+            agent = store.upsert_agent(spec.name, spec_dict, data)
+        return agent, meta, spec_dict, data
 
     @app.post("/v1/agents")
     async def upload_agent():
         if request.mimetype != "multipart/form-data":
             raise ApiError("unsupported_media_type", "send the agent as a multipart/form-data 'bundle' part")
-        agent, _meta = await _upload_agent()
+        agent, meta, spec, data = await _upload_agent()
+        target = meta.get("session_id")
+        if target is not None:
+            # a resume: this session runs the upload from now on; no other session's spec changes
+            if not isinstance(target, str):
+                raise invalid("'session_id' must be a string")
+            _conv(target)
+            store.pin_session_agent(target, spec, data)
+            return {"id": agent["id"], "name": agent["name"], "spec": spec, "session_id": target}, 200
         return {"id": agent["id"], "name": agent["name"], "spec": agent["spec"]}, 200
 
     @app.post("/v1/sessions")
     async def create_session():
         if request.mimetype == "multipart/form-data":
-            agent, meta = await _upload_agent()
+            agent, meta, spec, data = await _upload_agent()
             conv = _create(meta, agent)
+            store.pin_session_agent(conv["id"], spec, data)  # exactly this upload, whatever came since
             return {"session_id": conv["id"], "agent_id": agent["id"], "agent_name": agent["name"]}, 201
         body = await _json_body()
         agent_id = body.get("agent_id")
@@ -244,7 +264,8 @@ def create_app(state: ServerState) -> QuartTrio:
             if rid and rid in state.isolated_runners and any(
                     other != session_id for other in store.conversations_for_runner(rid)):
                 raise ApiError("conflict", f"runner '{rid}' is isolated: it serves one session only")
-            store.set_runner(session_id, rid or None)
+            store.set_runner(session_id, rid or None)  # a change bumps the session's generation
+            state.turns.session_moved(session_id)  # a turn on the old runner is refused from now on
         fields = {}
         for key in ("title", "model_override"):
             if key in body:
@@ -449,8 +470,7 @@ def create_app(state: ServerState) -> QuartTrio:
     def _session(session_id: str) -> dict[str, Any]:
         conv = _conv(session_id)
         body = _list_item(conv)
-        agent = store.get_agent(conv["agent_id"]) if conv.get("agent_id") else None
-        spec = agent["spec"] if agent else {}
+        spec = store.session_spec(session_id)  # what this session runs, not the latest upload of its name
         body.update(llm_model=conv.get("model_override") or spec.get("model"),
                     harness=spec.get("harness"), model_override=conv.get("model_override"),
                     last_sequence_number=state.hub.last_seq(session_id),

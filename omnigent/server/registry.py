@@ -51,6 +51,8 @@ class RunnerConn:
     explicit: bool = False   # registered by a client: serves only sessions bound to it by hand
     beats: int = 0           # frames received so far: a liveness probe waits for this to move
     gone: bool = False       # dropped from the registry
+    # turns it was told to cancel (refused, or moved away): their frames are dropped up to their end
+    draining: set[str] = field(default_factory=set)
     _beat: trio.Event = field(default_factory=trio.Event, repr=False)
 
     def alive(self) -> None:

@@ -21,6 +21,14 @@ Who may connect as a runner id:
   answers within `state.reconnect_probe` (1 s) the new one is closed with
   4009, otherwise the new one replaces it and the turn in flight on the old
   one is dispatched again on the new one.
+
+A runner that reconnects lists the turns it still owes an end for
+(`Hello.in_flight`). Before its first frame is read, the turn service adopts
+those it expects (`adoption.py`: a restarted server's turns) by opening their
+routes on this connection; the runner is told to `Cancel` every other one,
+and everything it sends for those turns (up to and including their end) is
+dropped here: a late result of a session that has moved on is never stored
+or published.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ log = logging.getLogger("omnigent.server.runners")
 
 WRONG_SECRET = 4003
 ID_IN_USE = 4009
+MAX_IN_FLIGHT = 100
 
 
 class Transport(Protocol):
@@ -74,6 +83,11 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport,
         await transport.close(ID_IN_USE, "this runner id is online on another connection")
         return
     ended: list[str] = []  # why the connection ended; the first reason wins
+    # turns of this runner that were refused: their frames are dropped until their end
+    draining = conn.draining
+    draining.update(state.turns.runner_reported(conn, _in_flight(hello)))
+    for turn_id in draining:  # queued before any await: ahead of a TurnStart of another attempt of it
+        conn.outbox.send_nowait(p.Cancel(turn_id=turn_id))
     state.host_events.runner_online(runner_id)
     if not conn.explicit:  # explicit runners adopt nothing: they serve only sessions bound to them
         state.turns.runner_joined(conn)
@@ -83,7 +97,7 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport,
             n.start_soon(_close_on_shutdown, state, transport, n)
             n.start_soon(_send_frames, transport, outgoing, n)
             n.start_soon(_ping, state, conn, n, ended)
-            n.start_soon(_receive_frames, conn, transport, n, ended)
+            n.start_soon(_receive_frames, conn, transport, n, ended, draining)
     finally:
         current = state.registry.online.get(runner_id)
         if current is not None and current is not conn:
@@ -130,11 +144,22 @@ async def _claim_id(state: ServerState, conn: RunnerConn) -> bool:
             return False  # it answered: that connection is alive
         log.warning("runner %s: a reconnect replaces a connection silent for %.1f s",
                     conn.runner_id, state.reconnect_probe)
+        state.turns.link_replaced(old)  # its turns wait for this connection's claims
         state.registry.replace(old, conn, "replaced by a reconnect of the same runner")
         return True
 
 
-async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nursery, ended: list[str]) -> None:
+def _in_flight(hello: p.Hello) -> list[dict]:
+    """The hello's in-flight entries that name a turn (anything else is ignored).
+
+    Bounded well below the outbox's size, so the Cancels for refused ones always fit;
+    a runner runs a handful of turns at once.
+    """
+    return [e for e in hello.in_flight[:MAX_IN_FLIGHT] if isinstance(e.get("turn_id"), str)]
+
+
+async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nursery, ended: list[str],
+                          draining: set[str]) -> None:
     try:
         while True:
             frame = p.decode(await transport.receive())
@@ -142,6 +167,10 @@ async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nurser
                 conn.alive()
             elif isinstance(frame, (p.TurnEvent, p.TurnCompleted, p.TurnFailed)):
                 conn.alive()  # any frame proves it is alive
+                if frame.turn_id in draining:  # a refused turn: nothing of it is stored or published
+                    if not isinstance(frame, p.TurnEvent):
+                        draining.discard(frame.turn_id)
+                    continue
                 conn.route(frame.turn_id, frame)
             else:
                 raise p.ProtocolError(f"a runner may not send {frame.kind!r}")

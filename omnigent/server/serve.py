@@ -69,6 +69,7 @@ async def run_server(
     ping_interval: float = 1.0,
     ping_allowance: float = 6.0,
     host_grace: float = 10.0,
+    adopt_grace: float | None = None,
     task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     from hypercorn.config import Config
@@ -78,8 +79,10 @@ async def run_server(
 
     url = url_of(sock)
     done = trio.Event()
-    # turns left running by a process that is gone can never finish: say so
-    orphaned = store.interrupt_orphaned_turns(_pid_alive)
+    orphaned: list[dict] = []
+    if adopt_grace is None:
+        # turns left running by a process that is gone can never finish: say so
+        orphaned = store.interrupt_orphaned_turns(_pid_alive)
     store.prune_runner_credentials(older_than=CREDENTIALS_KEPT)
     bind_host, port = sock.getsockname()[:2]
     guard = Guard(port=port, bind_host=bind_host, allow_hosts=frozenset(h.lower() for h in allow_hosts))
@@ -90,7 +93,14 @@ async def run_server(
             _announce_interrupted(hub, orphaned)
             registry = RunnerRegistry(host_grace=host_grace, host_lookup=store.runner_host)
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
-                                max_losses=max_losses, max_attempts=max_attempts)
+                                max_losses=max_losses, max_attempts=max_attempts,
+                                adopt_grace=adopt_grace or 0.0)
+            if adopt_grace is not None:
+                # `omnigent server`: a dead predecessor's turns are ours now; the running ones
+                # wait for their runners to reconnect and claim them (server/adoption.py)
+                taken = turns.take_over(_pid_alive)
+                if taken:
+                    log.info("took over %d turn(s) of a previous server process", len(taken))
             state = ServerState(store, hub, registry, turns, token, guard=guard,
                                 ping_interval=ping_interval, ping_allowance=ping_allowance)
             for link in host_links:

@@ -18,6 +18,18 @@ turn loses at most `loss_budget` runners in any `loss_window` s: a poison turn
 intensity (more than 5 restarts of a slot in 30 s gives up) and cannot take
 every other session down with it, while the usual case, a second kill hitting
 the runner that took over, is retried at once.
+
+Ownership: every attempt is dispatched under the session's ownership
+generation (bumped by every rebinding, `store/conversations.py`) and carries
+it in `TurnStart`. A session rebound while a turn runs has moved on: the old
+runner's further frames for it are refused (nothing stored or published) and
+the turn is dispatched again on the new binding.
+
+After a server restart (`take_over`, `omnigent server` only), the dead
+predecessor's running turns wait `adopt_grace` s for their runner to
+reconnect and claim them (`adoption.py`); the worker then follows the
+adopted attempt as if it had dispatched it. Only a turn nobody claims is
+dispatched again.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -33,12 +46,16 @@ import protocol as p
 from protocol import events as ev
 
 from ..store import Store
+from .adoption import Adoptions
 from .history import build_history
 from .claims import ClaimLost, Claims
 from .hub import EventHub
 from .registry import Affinity, RunnerConn, RunnerRegistry
 
 log = logging.getLogger("omnigent.server.turns")
+
+
+LOCAL_HOST = "host_local"  # the in-process host of `omnigent run` / `omnigent server --runners N`
 
 
 class NoRunner(Exception):
@@ -61,6 +78,8 @@ class TurnService:
         loss_window: float = 30.0,
         loss_budget: int = 3,
         claims: Claims | None = None,
+        adopt_grace: float = 10.0,
+        reconnect_grace: float = 5.0,
     ) -> None:
         self.store = store
         self.hub = hub
@@ -78,6 +97,9 @@ class TurnService:
         self._waiting: dict[str, trio.CancelScope] = {}  # sessions whose turn waits without a runner
         self._handled: set[str] = set()  # lost runners whose sessions were moved (left ones may be taken)
         self.exit_report_wait = 0.2
+        self.adoptions = Adoptions(store, adopt_grace)
+        self.reconnect_grace = reconnect_grace  # a remote runner's dropped link, mid-turn
+        self._moved: set[str] = set()  # sessions rebound while a turn ran: its runner's frames are refused
 
     # --- entry points -------------------------------------------------------
 
@@ -112,6 +134,95 @@ class TurnService:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return False
         return True
+
+    def take_over(self, alive_pid_check: Callable[[int], bool]) -> list[dict[str, Any]]:
+        """At start: take up the turns of a dead predecessor sharing this store (returns them).
+
+        Running ones wait for their runner to claim them (within the adoption
+        grace); queued ones simply run. A live process's turns are its own.
+        """
+        taken = self.store.take_over_orphaned_turns(alive_pid_check, os.getpid())
+        for turn in taken:
+            if turn["status"] == "running":
+                # a runner of the dead server's own in-process host died with it (stdin EOF): no wait
+                self.adoptions.expect(turn, grace=0.0 if self._died_with_its_server(turn["runner_id"]) else None)
+        for session_id in {turn["conversation_id"]: None for turn in taken}:
+            self.submit(session_id)
+        return taken
+
+    async def _reclaim(self, session_id: str, turn_id: str,
+                       conn: RunnerConn) -> tuple[RunnerConn, trio.MemoryReceiveChannel[Any]] | str | None:
+        """A remote runner's link dropped mid-turn: its reconnect within the grace, claiming the turn.
+
+        Called with no checkpoint since the loss was seen, so the expectation is
+        in place before the runner can redial. A runner of the local host (its
+        process ends with its link), or one whose host reports it gone or that
+        was declared hung, is not waited for. "cancelled": a client interrupted the wait.
+        """
+        if self.reconnect_grace <= 0 or not self._outlives_its_link(conn.runner_id):
+            return None
+        if not self.adoptions.expects(turn_id):  # (`link_replaced` may have put it in place already)
+            turn = self.store.get_turn(turn_id)
+            if turn is None or turn["status"] != "running":
+                return None
+            self.adoptions.expect(turn, grace=self.reconnect_grace)
+        claimed: list[tuple[RunnerConn, trio.MemoryReceiveChannel[Any]]] = []
+
+        async def wait() -> None:
+            async with trio.open_nursery() as nursery:
+                async def gone_for_good() -> None:
+                    while True:
+                        gone = self.registry.departed.get(conn.runner_id)
+                        if gone is not None and (gone.reported or gone.cause.startswith("hung")):
+                            nursery.cancel_scope.cancel()
+                            return
+                        await self.registry.wait_changed()
+
+                nursery.start_soon(gone_for_good)
+                got = await self.adoptions.wait(turn_id)
+                if got is not None:
+                    claimed.append(got)
+                nursery.cancel_scope.cancel()
+
+        if not await self._wait(session_id, wait()):  # interrupted meanwhile: the caller ends the turn
+            return "cancelled"
+        if claimed:
+            log.info("turn %s: runner %s reconnected and claimed it; no new attempt", turn_id, conn.runner_id)
+        return claimed[0] if claimed else None
+
+    def link_replaced(self, old: RunnerConn) -> None:
+        """A reconnect replaces a silent connection of a runner: its turns are expected on the new one.
+
+        Called before the new connection's hello is read, so its claims find them.
+        """
+        if self.reconnect_grace <= 0 or not self._outlives_its_link(old.runner_id):
+            return
+        for turn_id in list(old.turns):
+            turn = self.store.get_turn(turn_id)
+            if turn is not None and turn["status"] == "running" and not self.adoptions.expects(turn_id):
+                self.adoptions.expect(turn, grace=self.reconnect_grace)
+
+    def _outlives_its_link(self, runner_id: str) -> bool:
+        row = self.store.runner_credential(runner_id)
+        return row is not None and (row["kind"] == "explicit" or row["host_id"] not in (None, LOCAL_HOST))
+
+    def _died_with_its_server(self, runner_id: str | None) -> bool:
+        row = self.store.runner_credential(runner_id) if runner_id else None
+        return row is not None and row["kind"] == "host" and row["host_id"] in (None, LOCAL_HOST)
+
+    def runner_reported(self, conn: RunnerConn, in_flight: list[dict[str, Any]]) -> list[str]:
+        """A runner said hello with turns in flight: adopt the expected ones; the rest it must cancel."""
+        return self.adoptions.claim(conn, in_flight) if in_flight else []
+
+    def session_moved(self, session_id: str) -> None:
+        """The session was rebound by hand: a turn running on its old runner is refused from now on."""
+        self.registry.notify_changed()  # a turn waiting for a runner re-reads the binding
+        active = self._active.get(session_id)
+        if active is not None:
+            conv = self.store.get_conversation(session_id) or {}
+            if conv.get("runner_id") != active[1].runner_id:
+                self._moved.add(session_id)
+                active[1].route(active[0], _MOVED)  # wakes the follower, which refuses the rest
 
     # --- runners coming and going ---------------------------------------------
 
@@ -152,8 +263,8 @@ class TurnService:
         loads = self._loads()
         moved = False
         for session_id in self.store.conversations_for_runner(old):
-            if not loads or self.claims.held_elsewhere(session_id):
-                continue
+            if not loads or self.claims.held_elsewhere(session_id) or self.adoptions.expects_session(session_id):
+                continue  # (a turn waiting for its runner to reconnect keeps the binding, and generation)
             mine = self._eligible(session_id, loads)  # hosts: only where the session may run
             if not mine:
                 self._unadopted.add(old)  # its host's next runner takes it (runner_joined)
@@ -196,7 +307,7 @@ class TurnService:
     async def _worker(self, session_id: str) -> None:
         while True:
             self._wake[session_id] = trio.Event()
-            turn = self.store.next_own_queued_turn(session_id, os.getpid())  # not another process's
+            turn = self._adopted_turn(session_id) or self.store.next_own_queued_turn(session_id, os.getpid())
             if turn is None:
                 await self._wake[session_id].wait()
                 continue
@@ -207,7 +318,10 @@ class TurnService:
                 # history is read only inside the claim: it has the answer this turn waited for
                 async with self.claims.renewed(session_id, turn["id"]):
                     self.store.place_pending(session_id, turn["input_item_id"])
-                    await self._run_turn(session_id, turn)
+                    if self.adoptions.expects(turn["id"]):
+                        await self._recover(session_id, turn)
+                    else:
+                        await self._run_turn(session_id, turn)
             except ClaimLost:  # its message went to the other process's turn, which answers it
                 self._fail(session_id, turn["id"], "overtaken",
                            "this process stalled and another one took over the conversation; "
@@ -219,9 +333,36 @@ class TurnService:
                 log.exception("turn %s crashed the dispatcher", turn["id"])
                 self._fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
 
-    async def _run_turn(self, session_id: str, turn: dict[str, Any]) -> None:
+    def _adopted_turn(self, session_id: str) -> dict[str, Any] | None:
+        """A running turn taken over at start, waiting for its runner (it goes before the queue)."""
+        turn = self.store.running_own_turn(session_id, os.getpid())
+        return turn if turn is not None and self.adoptions.expects(turn["id"]) else None
+
+    async def _recover(self, session_id: str, turn: dict[str, Any]) -> None:
+        """A turn of a dead predecessor: follow it if its runner claims it in time, else run it again."""
         turn_id = turn["id"]
-        losses: list[float] = []  # when each runner was lost under this turn
+        losses: list[float] = []
+        claimed = await self.adoptions.wait(turn_id)
+        if claimed is not None:
+            conn, frames = claimed
+            self.hub.publish(session_id, ev.SESSION_STATUS, status="running", turn_id=turn_id)
+            outcome = await self._follow(session_id, turn_id, conn, frames)
+            if outcome != "lost":
+                return
+            losses.append(trio.current_time())
+            why = f"runner {conn.runner_id} was lost"
+        else:
+            why = "no runner claimed it after the server restarted"
+            log.warning("turn %s: %s within %g s; dispatching it again", turn_id, why, self.adoptions.grace)
+        with self.hub.transaction(session_id) as tx:  # watchers see it end, not "running" forever
+            ended = self.store.finish_turn(turn_id, "interrupted", error=why)
+            tx.publish(ev.TURN_INTERRUPTED, turn_id=turn_id, reason=why,
+                       attempt=ended["attempt"] if ended else None)
+        await self._run_turn(session_id, turn, losses)
+
+    async def _run_turn(self, session_id: str, turn: dict[str, Any], losses: list[float] | None = None) -> None:
+        turn_id = turn["id"]
+        losses = [] if losses is None else losses  # when each runner was lost under this turn
         while True:
             if not await self._wait(session_id, self._pace(losses)):
                 self._retrying.discard(session_id)
@@ -235,6 +376,18 @@ class TurnService:
                 return
             self._retrying.discard(session_id)
             outcome = await self._attempt(session_id, turn_id, conn)
+            while outcome == "lost":  # a runner that outlives its link may come back for it
+                claimed = await self._reclaim(session_id, turn_id, conn)
+                if claimed == "cancelled":
+                    self._cancelled(session_id, turn_id)
+                    return
+                if claimed is None:
+                    break
+                conn, frames = claimed
+                outcome = await self._follow(session_id, turn_id, conn, frames)
+            if outcome == "moved":  # rebound by hand: the new binding runs it, at no loss
+                self.store.finish_turn(turn_id, "interrupted", error="the session was moved to another runner")
+                continue
             if outcome != "lost":
                 return
             losses.append(trio.current_time())
@@ -281,27 +434,47 @@ class TurnService:
             await trio.sleep_until(recent[0] + self.loss_window)
 
     async def _attempt(self, session_id: str, turn_id: str, conn: RunnerConn) -> str:
+        """Dispatch one attempt to `conn` and follow it: completed, failed, lost or moved."""
         conv = self.store.get_conversation(session_id) or {}  # gone: run with no spec, fail cleanly
-        agent = self.store.get_agent(conv["agent_id"]) if conv.get("agent_id") else None
-        spec = dict(agent["spec"]) if agent else {}
+        spec = self.store.session_spec(session_id) if conv else {}
+        generation = int(conv.get("generation") or 0)
         with self.hub.transaction(session_id) as tx:  # the attempt and its events commit together (events)
-            turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid())
+            turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid(), generation=generation)
             tx.publish(ev.SESSION_STATUS, status="running", turn_id=turn_id)
             tx.publish(ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"], runner_id=conn.runner_id)
         history = self._history(session_id, turn["input_item_id"])
         model = conv.get("model_override") or spec.get("model") or ""
         frames = conn.open_turn(turn_id)
+        try:
+            await conn.send(p.TurnStart(
+                turn_id=turn_id, session_id=session_id, attempt=turn["attempt"], agent=spec,
+                input=history, model=model,
+                reasoning_effort=conv.get("reasoning_effort") or spec.get("reasoning_effort"),
+                generation=generation,
+            ))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            conn.close_turn(turn_id)
+            return "lost"
+        return await self._follow(session_id, turn_id, conn, frames)
+
+    async def _follow(self, session_id: str, turn_id: str, conn: RunnerConn,
+                      frames: trio.MemoryReceiveChannel[Any]) -> str:
+        """Relay and store what the runner sends for one attempt, dispatched here or adopted."""
         self._active[session_id] = (turn_id, conn)
         try:
-            try:
-                await conn.send(p.TurnStart(
-                    turn_id=turn_id, session_id=session_id, attempt=turn["attempt"], agent=spec,
-                    input=history, model=model,
-                    reasoning_effort=conv.get("reasoning_effort") or spec.get("reasoning_effort"),
-                ))
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                return "lost"
             async for frame in frames:
+                if frame is _MOVED or (isinstance(frame, (p.TurnCompleted, p.TurnFailed))
+                                       and self._has_moved(session_id, turn_id)):
+                    log.warning("turn %s: the session moved on; what runner %s sends for it is refused",
+                                turn_id, conn.runner_id)
+                    self._moved.discard(session_id)
+                    if frame is _MOVED:  # still running there: stop it, and drop what it sends up to its end
+                        conn.draining.add(turn_id)
+                        try:
+                            conn.outbox.send_nowait(p.Cancel(turn_id=turn_id))
+                        except (trio.WouldBlock, trio.ClosedResourceError):
+                            pass  # gone or stuck: the ping verdict ends it
+                    return "moved"
                 if isinstance(frame, p.TurnEvent):
                     self._relay(session_id, turn_id, frame.event)
                 elif isinstance(frame, p.TurnCompleted):
@@ -319,6 +492,14 @@ class TurnService:
         finally:
             conn.close_turn(turn_id)
             self._active.pop(session_id, None)
+
+    def _has_moved(self, session_id: str, turn_id: str) -> bool:
+        """The session's generation is no longer the one this attempt runs under (rebound elsewhere)."""
+        if session_id in self._moved:
+            return True
+        conv = self.store.get_conversation(session_id) or {}
+        turn = self.store.get_turn(turn_id) or {}
+        return int(conv.get("generation") or 0) != int(turn.get("generation") or 0)
 
     # --- helpers -------------------------------------------------------------
 
@@ -393,6 +574,9 @@ class TurnService:
             log.error("turn %s failed (%s) and that could not be stored: %s", turn_id, message, exc)
         self.hub.publish(session_id, ev.FAILED, turn_id=turn_id, error=error)
         self.hub.publish(session_id, ev.SESSION_STATUS, status="failed", error=error)
+
+
+_MOVED = object()  # put on a followed turn's route when its session is rebound by hand
 
 
 def _least_loaded(loads: dict[str, tuple[int, int, float, RunnerConn]]) -> RunnerConn:

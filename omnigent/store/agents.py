@@ -1,8 +1,16 @@
-"""The `agents` table: one row per agent name, holding its spec and bundle.
+"""Agents: one named row per agent name, and the spec each session is pinned to.
 
-Guarantees: an agent keeps its id for good (updated in place, never
-deleted and recreated), because conversations reference it; `spec` comes
-back decoded.
+The `agents` table has one row per name, holding the latest upload of that
+name: new sessions start from it and `--continue` finds sessions by it. An
+agent keeps its id for good (updated in place, never deleted and
+recreated), because conversations reference it; `spec` comes back decoded.
+
+What a session *runs* is its own copy (`session_agents`, migration
+0006_ownership), pinned when the session is created and changed only for
+that session (a resume uploading its bundle, `--model`/`--harness`), so on a
+shared server one client's upload never rewrites another session's prompt or
+model. A session of an older release without a pinned row reads the named
+row (`session_spec`) until something pins it.
 """
 
 from __future__ import annotations
@@ -43,3 +51,24 @@ class AgentsMixin(Tables):
 
     def get_agent_by_name(self, name: str) -> dict | None:
         return _agent(self._one("SELECT * FROM agents WHERE name = ?", [name]))
+
+    # --- the spec a session runs with ---------------------------------------
+
+    def pin_session_agent(self, conv_id: str, spec: dict, bundle: bytes | None = None) -> None:
+        """Pin (or re-pin) the spec this one session runs with; no other session sees it."""
+        with self._write():
+            self._require_conversation(conv_id)
+            self.db.execute(
+                """INSERT INTO session_agents (conversation_id, spec, bundle, updated_at) VALUES (?, ?, ?, ?)
+                   ON CONFLICT (conversation_id) DO UPDATE
+                   SET spec = excluded.spec, bundle = excluded.bundle, updated_at = excluded.updated_at""",
+                [conv_id, json.dumps(spec), bundle, self._clock()],
+            )
+
+    def session_spec(self, conv_id: str) -> dict:
+        """The spec the session runs with: its pinned one, else (older sessions) its named agent's."""
+        row = self._one(
+            """SELECT COALESCE(s.spec, a.spec) AS spec FROM conversations c
+               LEFT JOIN session_agents s ON s.conversation_id = c.id
+               LEFT JOIN agents a ON a.id = c.agent_id WHERE c.id = ?""", [conv_id])
+        return json.loads(row["spec"]) if row and row["spec"] else {}

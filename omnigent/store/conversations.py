@@ -3,8 +3,12 @@
 Guarantees: timestamps are strictly increasing across conversations (so
 "newest" is never a tie), listing is one query with stable cursors, and a
 conversation's runner changes only by compare-and-set (`bind_runner`) or
-all at once for a lost runner (`rebind_runner`). Rows come back with the
-agent's name and the item and message counts.
+all at once for a lost runner (`rebind_runner`). Every change of binding
+bumps the conversation's ownership `generation` in the same statement, so a
+runner that comes back with a turn dispatched under an older generation is
+known to be late (server/turns.py refuses it). A new conversation pins its
+agent's spec (`session_agents`). Rows come back with the agent's name and the
+item and message counts.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from .errors import NotFoundError
 _CONVERSATION_SELECT = """
     SELECT c.id, c.kind, c.created_at, c.updated_at, c.title, c.agent_id,
            a.name AS agent_name, c.runner_id, c.reasoning_effort,
-           c.model_override, c.workspace, c.next_position AS item_count,
+           c.model_override, c.workspace, c.generation, c.next_position AS item_count,
            (SELECT COUNT(*) FROM conversation_items i
              WHERE i.conversation_id = c.id AND i.type = 'message') AS message_count
     FROM conversations c LEFT JOIN agents a ON a.id = c.agent_id
@@ -51,6 +55,10 @@ class ConversationsMixin(Tables):
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [conv_id, kind, now, now, title or "", agent_id, reasoning_effort, model_override, workspace],
             )
+            if agent_id is not None:  # the session runs this spec from now on, whatever is uploaded later
+                self.db.execute(
+                    """INSERT INTO session_agents (conversation_id, spec, bundle, updated_at)
+                       SELECT ?, spec, NULL, ? FROM agents WHERE id = ?""", [conv_id, now, agent_id])
         return self.get_conversation(conv_id)  # type: ignore[return-value]
 
     def get_conversation(self, conv_id: str) -> dict | None:
@@ -139,12 +147,15 @@ class ConversationsMixin(Tables):
         """
         runner_id = runner_id or None
         with self._write():
+            # a change of binding bumps the generation; binding the same runner again does not
+            bump = "generation = generation + (runner_id IS NOT ?)"
             if expected is ANY:
-                cur = self.db.execute("UPDATE conversations SET runner_id = ? WHERE id = ?", [runner_id, conv_id])
+                cur = self.db.execute(f"UPDATE conversations SET {bump}, runner_id = ? WHERE id = ?",
+                                      [runner_id, runner_id, conv_id])
             else:
                 cur = self.db.execute(
-                    "UPDATE conversations SET runner_id = ? WHERE id = ? AND runner_id IS ?",
-                    [runner_id, conv_id, expected or None],
+                    f"UPDATE conversations SET {bump}, runner_id = ? WHERE id = ? AND runner_id IS ?",
+                    [runner_id, runner_id, conv_id, expected or None],
                 )
             if cur.rowcount:
                 return True
@@ -169,7 +180,8 @@ class ConversationsMixin(Tables):
             ]
             if moved:
                 self.db.execute(
-                    "UPDATE conversations SET runner_id = ? WHERE runner_id = ?", [new_runner_id, old_runner_id]
+                    "UPDATE conversations SET runner_id = ?, generation = generation + 1 WHERE runner_id = ?",
+                    [new_runner_id, old_runner_id],
                 )
         return moved
 

@@ -221,6 +221,28 @@ MIGRATIONS: tuple[Migration, ...] = (
         INSERT INTO session_event_floors (conversation_id, floor) SELECT id, 1 FROM conversations;
         """,
     ),
+    Migration(
+        "0006_ownership",
+        """
+        -- bumped on every (re)binding of the session to a runner: a runner that comes
+        -- back with a turn of an older generation is refused (server/turns.py)
+        ALTER TABLE conversations ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+        -- the session's generation the turn's current attempt was dispatched under
+        ALTER TABLE turns ADD COLUMN generation INTEGER;
+        -- the agent spec a session runs with, pinned when it is created: an upload of
+        -- the same agent name by another client never changes it. Sessions of an
+        -- older release are pinned here to the spec they ran with; one created by an
+        -- older process afterwards reads the named row until it is pinned.
+        CREATE TABLE session_agents (
+            conversation_id TEXT PRIMARY KEY REFERENCES conversations (id) ON DELETE CASCADE,
+            spec TEXT NOT NULL DEFAULT '{}',
+            bundle BLOB,
+            updated_at REAL NOT NULL
+        );
+        INSERT INTO session_agents (conversation_id, spec, bundle, updated_at)
+            SELECT c.id, a.spec, NULL, a.updated_at FROM conversations c JOIN agents a ON a.id = c.agent_id;
+        """,
+    ),
 )
 
 

@@ -5,7 +5,10 @@ turn is never restarted, and a stale report (an older attempt, a turn
 already ended) never overwrites a newer outcome. Each turn records the
 process that owns it, so turns left by a process that died are found
 (`interrupt_orphaned_turns`) and each process runs only its own
-(`next_own_queued_turn`).
+(`next_own_queued_turn`). A restarted server takes over the turns of its dead
+predecessor instead (`take_over_orphaned_turns`): the running ones wait for
+their runner to reconnect and claim them, the queued ones run again. Each
+attempt records the session's ownership generation it was dispatched under.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from .errors import ConflictError, NotFoundError
 _TURN_SELECT = """
     SELECT t.id, t.conversation_id, t.input_item_id, t.status, t.attempt,
            t.runner_id, t.owner_pid, t.error, t.created_at, t.started_at,
-           t.ended_at, o.turn_id IS NOT NULL AS output_persisted
+           t.ended_at, t.generation, o.turn_id IS NOT NULL AS output_persisted
     FROM turns t LEFT JOIN turn_outputs o ON o.turn_id = t.id
 """
 
@@ -81,10 +84,12 @@ class TurnsMixin(Tables):
             )
         )
 
-    def start_turn(self, turn_id: str, runner_id: str | None, owner_pid: int | None = None) -> dict:
+    def start_turn(self, turn_id: str, runner_id: str | None, owner_pid: int | None = None,
+                   *, generation: int | None = None) -> dict:
         """Mark a queued, interrupted (or re-dispatched running) turn 'running'; attempt += 1.
 
-        Raises ConflictError if the turn already ended.
+        `generation` is the session's ownership generation this attempt is
+        dispatched under. Raises ConflictError if the turn already ended.
         """
         with self._write():
             status = self._require_turn(turn_id)
@@ -92,9 +97,10 @@ class TurnsMixin(Tables):
                 raise ConflictError(f"turn {turn_id!r} is already {status}")
             self.db.execute(
                 """UPDATE turns SET status = 'running', attempt = attempt + 1, runner_id = ?,
-                       owner_pid = COALESCE(?, owner_pid), error = NULL, started_at = ?, ended_at = NULL
+                       owner_pid = COALESCE(?, owner_pid), error = NULL, started_at = ?, ended_at = NULL,
+                       generation = ?
                    WHERE id = ?""",
-                [runner_id, owner_pid, self._clock(), turn_id],
+                [runner_id, owner_pid, self._clock(), generation, turn_id],
             )
         return self.get_turn(turn_id)  # type: ignore[return-value]
 
@@ -175,3 +181,45 @@ class TurnsMixin(Tables):
                     ).rowcount:
                         changed.append(turn_id)
         return [self.get_turn(t) for t in changed]  # type: ignore[misc]
+
+    def take_over_orphaned_turns(self, alive_pid_check: Callable[[int], bool], owner_pid: int) -> list[dict]:
+        """Queued or running turns whose owner process is gone: now `owner_pid`'s, status kept.
+
+        What a restarted server does instead of `interrupt_orphaned_turns`: a
+        running turn may still be running on a runner that will reconnect and
+        claim it, so it is not ended here. A live owner's turns are left alone
+        (another `omnigent run` sharing the store runs them).
+        """
+        # an interrupted turn whose conversation claim (see store/claims.py) still names it was
+        # waiting for its next attempt when its process died: it is queued again
+        candidates = self.conn.execute(
+            """SELECT t.id, t.owner_pid FROM turns t WHERE t.owner_pid IS NOT NULL AND (
+                   t.status IN ('queued', 'running') OR (t.status = 'interrupted' AND EXISTS (
+                       SELECT 1 FROM conversation_claims c WHERE c.conversation_id = t.conversation_id
+                       AND c.turn_id = t.id)))"""
+        ).fetchall()
+        alive: dict[int, bool] = {}
+        dead = []
+        for turn_id, pid in candidates:
+            if pid not in alive:
+                alive[pid] = pid != owner_pid and bool(alive_pid_check(pid))
+            if not alive[pid]:
+                dead.append((turn_id, pid))
+        taken = []
+        if dead:
+            with self._write():
+                for turn_id, pid in dead:
+                    if self.db.execute(
+                        """UPDATE turns SET owner_pid = ?,
+                               status = CASE status WHEN 'interrupted' THEN 'queued' ELSE status END
+                           WHERE id = ? AND owner_pid = ? AND status IN ('queued', 'running', 'interrupted')""",
+                        [owner_pid, turn_id, pid],
+                    ).rowcount:
+                        taken.append(turn_id)
+        return [self.get_turn(t) for t in taken]  # type: ignore[misc]
+
+    def running_own_turn(self, conv_id: str, owner_pid: int) -> dict | None:
+        """The conversation's 'running' turn owned by `owner_pid` (one taken over after a restart)."""
+        return _turn(self._one(
+            _TURN_SELECT + """ WHERE t.conversation_id = ? AND t.status = 'running' AND t.owner_pid = ?
+                               ORDER BY t.created_at, t.rowid LIMIT 1""", [conv_id, owner_pid]))

@@ -58,6 +58,7 @@ async def run_tree(
     token: str | None = None,
     require_token: bool = True,
     allow_hosts: tuple[str, ...] = (),
+    take_over: bool = False,
 ) -> int:
     """Run a front end against a fresh in-process server and runner pool; returns the exit code.
 
@@ -119,7 +120,7 @@ async def run_tree(
                 store, sock, token=token, host_links=[server_end], runner_wait=tuning.runner_wait,
                 max_losses=tuning.turn_losses, ping_interval=tuning.ping_interval,
                 ping_allowance=tuning.ping_allowance, host_grace=tuning.host_grace, allow_hosts=allow_hosts,
-                task_status=task_status))
+                adopt_grace=tuning.adopt_grace if take_over else None, task_status=task_status))
             front_scope = trio.CancelScope()
 
             async def on_signals() -> None:

@@ -348,10 +348,14 @@ async def test_stdin_eof_while_still_connecting_exits_0(spawn):
     assert await runner.wait(timeout=2) == 0
 
 
-async def test_server_closing_the_websocket_ends_the_runner(spawn, server):
+async def test_server_closing_the_websocket_makes_the_runner_dial_again(spawn, server):
+    # issue 8: a runner outlives its server's restart (tests/integration/test_runner_reconnect.py)
     runner, conn = await online(spawn, server)
     await conn.ws.aclose(1001, "server shutting down")
-    assert await runner.wait(timeout=2) == 0
+    again = await server.accept()
+    hello = await again.handshake()
+    assert hello.runner_id == runner.runner_id and hello.in_flight == []
+    assert runner.proc.returncode is None
 
 
 async def test_sigterm_closes_the_websocket_and_exits_0(spawn, server, llm):

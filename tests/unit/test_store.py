@@ -240,6 +240,7 @@ def test_create_and_get_conversation(store: Store, agent: dict):
         "reasoning_effort": "high",
         "model_override": "m2",
         "workspace": "/w",
+        "generation": 0,
         "item_count": 0,
         "message_count": 0,
     }
@@ -590,6 +591,7 @@ def test_turn_lifecycle(store: Store, conv: dict):
         "created_at": turn["created_at"],
         "started_at": None,
         "ended_at": None,
+        "generation": None,
         "output_persisted": False,
     }
     running = store.start_turn(turn["id"], "runner_a", 4242)
