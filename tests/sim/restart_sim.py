@@ -165,10 +165,11 @@ class _RecordingHub(EventHub):
         super().__init__()
         self._into, self._k = into, incarnation
 
-    def publish(self, session_id: str, type_: str, **fields: Any) -> dict[str, Any]:
-        event = super().publish(session_id, type_, **fields)
-        self._into.append((trio.current_time(), self._k, session_id, event))
-        return event
+    def _deliver(self, session_id: str, batch: list[dict[str, Any]]) -> None:
+        # every event passes here once visible, published alone or in a transaction
+        super()._deliver(session_id, batch)
+        now = trio.current_time()
+        self._into.extend((now, self._k, session_id, event) for event in batch)
 
 
 async def _serve(state: ServerState, runner_id: str, transport: MemoryTransport) -> None:
