@@ -68,3 +68,42 @@ def test_old_store_upgrades_and_resumes(home, tmp_path, mock_credentials_env, mo
     kept = _rows(db, "SELECT conversation_id, id, data FROM conversation_items ORDER BY conversation_id, position")
     assert [row for row in kept if row[0] != conv_id] == [row for row in items_before if row[0] != conv_id]
     assert len([row for row in kept if row[0] == conv_id]) == 4 + 2
+
+
+async def test_old_store_upgrades_and_resumes_through_the_sdk(home, tmp_path, mock_credentials_env,
+                                                               mock_llm_server_url):
+    """`omnigent server` on the previous release's store; the SDK lists, reads and continues a conversation."""
+    from omnigent_client import OmnigentClient, SessionsChat
+    from tests.support.processes import stop
+
+    db = home / ".omnigent" / "chat.db"
+    conv_id = _rows(db, """SELECT c.id FROM conversations c JOIN agents a ON a.id = c.agent_id
+                           WHERE a.name = 'legacy-agents' ORDER BY c.created_at LIMIT 1""")[0][0]
+    model = f"upgrade-sdk-{uuid.uuid4().hex[:8]}"
+    configure_mock_llm(mock_llm_server_url, [{"text": "resumed through the SDK"}], key=model)
+    env = {**mock_credentials_env, "HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "listening on " in line, line
+        url = line.split("listening on ")[1].split()[0]
+        async with OmnigentClient(url) as client:
+            listed = await client.sessions.list(limit=100)
+            assert len(listed) == 100
+            old_items = await client.sessions.list_items(conv_id)
+            assert len(old_items) == 4
+            session = await client.sessions.update(conv_id, model_override=model)
+            session = await client.sessions.get(conv_id)
+            chat = SessionsChat(namespace=client.sessions, session=session,
+                                files_uploader=None, files_getter=None)
+            result = await chat.query("one more question")
+            assert "resumed through the SDK" in result.text
+            assert len(await client.sessions.list_items(conv_id)) == 6
+    finally:
+        stop(proc)
+    [call] = mock_requests(mock_llm_server_url, key=model)
+    sent = str(call.get("input") or call.get("messages"))
+    assert sent.index("legacy question 0.0") < sent.index("legacy answer 0.0") < sent.index("one more question")
+    assert _rows(db, "PRAGMA integrity_check") == [("ok",)]
