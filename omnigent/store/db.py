@@ -36,8 +36,20 @@ COMPANIONS = ("-wal", "-shm", "-journal")
 
 @dataclass(frozen=True)
 class Migration:
+    """One named schema change.
+
+    `additive` migrations only add tables, indexes and nullable or defaulted
+    columns, so a process of an older release can keep using the file: they
+    are recorded in `additive_migrations`, which older releases never read
+    (release 0.1.0 refuses any name it does not know in `migrations`), and an
+    unknown name there is tolerated. A migration that older code could not
+    live with goes into `migrations`, where an unknown name makes every older
+    release refuse the file with one line.
+    """
+
     name: str
     sql: str
+    additive: bool = False
 
 
 # Append only: a migration, once released, is never edited or reordered.
@@ -150,6 +162,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         CREATE INDEX idx_runner_credentials_revoked_at ON runner_credentials (revoked_at);
         """,
+        additive=True,
     ),
     Migration(
         "0003_conversation_claims",
@@ -175,6 +188,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             PRIMARY KEY (conversation_id, id)
         );
         """,
+        additive=True,
     ),
     Migration(
         "0004_hosts",
@@ -195,6 +209,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         -- the host a session belongs to (its workspace is a directory on that machine)
         ALTER TABLE conversations ADD COLUMN host_id TEXT;
         """,
+        additive=True,
     ),
     Migration(
         "0005_session_events",
@@ -220,6 +235,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         INSERT INTO session_event_floors (conversation_id, floor) SELECT id, 1 FROM conversations;
         """,
+        additive=True,
     ),
     Migration(
         "0006_ownership",
@@ -242,8 +258,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         INSERT INTO session_agents (conversation_id, spec, bundle, updated_at)
             SELECT c.id, a.spec, NULL, a.updated_at FROM conversations c JOIN agents a ON a.id = c.agent_id;
         """,
+        additive=True,
     ),
 )
+
+
+_KNOWN = frozenset(m.name for m in MIGRATIONS)
+_ADDITIVE = frozenset(m.name for m in MIGRATIONS if m.additive)
 
 
 @contextlib.contextmanager
@@ -402,8 +423,8 @@ def _check_schema(conn: sqlite3.Connection, target: object) -> None:
     if tables and "migrations" not in tables:
         raise _error("cannot open store", target, "it is an SQLite database but not an omnigent store")
     if "migrations" in tables:
-        unknown = {r[0] for r in conn.execute("SELECT name FROM migrations")} - {m.name for m in MIGRATIONS}
-        if unknown:
+        unknown = {r[0] for r in conn.execute("SELECT name FROM migrations")} - _KNOWN
+        if unknown - _ADDITIVE:  # known additive names there were recorded by this release's own line
             raise _newer(target, unknown)
 
 
@@ -441,11 +462,21 @@ def _enable_wal(db: sqlite_utils.Database) -> None:
             time.sleep(0.01)
 
 
-def applied_migrations(db: sqlite_utils.Database) -> set[str]:
-    """Names recorded in the `migrations` table (empty if it does not exist)."""
-    if not db.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'").fetchone():
+_RECORDS = """
+CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS additive_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL);
+"""
+
+
+def _names(conn: sqlite3.Connection, table: str) -> set[str]:
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [table]).fetchone():
         return set()
-    return {r[0] for r in db.conn.execute("SELECT name FROM migrations")}
+    return {r[0] for r in conn.execute(f"SELECT name FROM {table}")}
+
+
+def applied_migrations(db: sqlite_utils.Database) -> set[str]:
+    """Names of every migration applied to the file, additive or not (unknown ones included)."""
+    return _names(db.conn, "migrations") | _names(db.conn, "additive_migrations")
 
 
 def migrate(db: sqlite_utils.Database, *, clock: Callable[[], float] = time.time) -> list[str]:
@@ -453,17 +484,25 @@ def migrate(db: sqlite_utils.Database, *, clock: Callable[[], float] = time.time
 
     Runs under BEGIN IMMEDIATE and re-reads the applied set inside the lock,
     so two processes opening a fresh file at once apply each migration once.
+    An unknown name in `migrations` (a newer release's incompatible change)
+    refuses the file; unknown additive ones (`additive_migrations`) are fine.
+    Known additive names that this release line once recorded in `migrations`
+    are moved to `additive_migrations`, so release 0.1.0 can use the file again.
     """
-    known = {m.name for m in MIGRATIONS}
-    applied = applied_migrations(db)
-    unknown = applied - known
+    strict = _names(db.conn, "migrations")
+    unknown = strict - _KNOWN
     if unknown:
         raise StoreError(f"store was written by a newer omnigent (unknown migrations: {', '.join(sorted(unknown))})")
-    if applied >= known:
+    if applied_migrations(db) >= _KNOWN and not strict & _ADDITIVE:
         return []
     done: list[str] = []
     with write_transaction(db.conn):
-        db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+        db.executescript(_RECORDS)
+        misplaced = sorted(_names(db.conn, "migrations") & _ADDITIVE)
+        for name in misplaced:
+            db.execute("INSERT OR IGNORE INTO additive_migrations (name, applied_at)"
+                       " SELECT name, applied_at FROM migrations WHERE name = ?", [name])
+            db.execute("DELETE FROM migrations WHERE name = ?", [name])
         applied = applied_migrations(db)
         for migration in MIGRATIONS:
             if migration.name in applied:
@@ -471,6 +510,7 @@ def migrate(db: sqlite_utils.Database, *, clock: Callable[[], float] = time.time
             # Inside a transaction sqlite-utils runs the script statement by
             # statement, without sqlite3's implicit COMMIT.
             db.executescript(migration.sql)
-            db.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", [migration.name, clock()])
+            table = "additive_migrations" if migration.additive else "migrations"
+            db.execute(f"INSERT INTO {table} (name, applied_at) VALUES (?, ?)", [migration.name, clock()])
             done.append(migration.name)
     return done

@@ -61,7 +61,7 @@ def test_old_store_upgrades_and_resumes(home, tmp_path, mock_credentials_env, mo
     assert sent.index(first_q) < sent.index(first_a) < sent.index(second_q) < sent.index("one more question")
 
     # every migration applied, nothing lost, the file sound
-    applied = {name for (name,) in _rows(db, "SELECT name FROM migrations")}
+    applied = {name for (name,) in _rows(db, "SELECT name FROM migrations UNION SELECT name FROM additive_migrations")}
     assert applied == {m.name for m in MIGRATIONS}
     assert _rows(db, "PRAGMA integrity_check") == [("ok",)]
     assert _rows(db, "SELECT id, title FROM conversations ORDER BY id") == before
@@ -106,4 +106,53 @@ async def test_old_store_upgrades_and_resumes_through_the_sdk(home, tmp_path, mo
     [call] = mock_requests(mock_llm_server_url, key=model)
     sent = str(call.get("input") or call.get("messages"))
     assert sent.index("legacy question 0.0") < sent.index("legacy answer 0.0") < sent.index("one more question")
+    assert _rows(db, "PRAGMA integrity_check") == [("ok",)]
+
+
+RELEASE_0_1_0 = "2fe0c5e"  # the commit released as 0.1.0, the code that wrote chat-0.1.0.db
+
+
+@pytest.fixture
+def release_0_1_0(tmp_path) -> Path:
+    """Release 0.1.0's own code, from this repository's history (skipped where the history is absent)."""
+    where = tmp_path / "release-0.1.0"
+    where.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", RELEASE_0_1_0, "omnigent", "supervisor",
+                              "protocol"], capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip(f"release 0.1.0 ({RELEASE_0_1_0}) is not in this checkout's git history")
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
+    return where
+
+
+def test_release_0_1_0_keeps_working_on_an_upgraded_store(home, tmp_path, release_0_1_0, mock_credentials_env,
+                                                           mock_llm_server_url):
+    """Upgrade with this release, then resume a conversation with 0.1.0's code, then again with ours."""
+    db = home / ".omnigent" / "chat.db"
+    conv_id = _rows(db, """SELECT c.id FROM conversations c JOIN agents a ON a.id = c.agent_id
+                           WHERE a.name = 'legacy-agents' ORDER BY c.created_at LIMIT 1""")[0][0]
+    spec = tmp_path / "agent.yaml"
+    models = [f"compat-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    env = {**mock_credentials_env, "HOME": str(home)}
+
+    def run(model: str, code: Path | None) -> subprocess.CompletedProcess:
+        configure_mock_llm(mock_llm_server_url, [{"text": f"answer from {model}"}], key=model)
+        spec.write_text(f"name: legacy-agents\nprompt: Reply briefly.\nexecutor:\n  harness: openai-agents\n"
+                        f"  model: {model}\n")
+        run_env = dict(env)
+        if code is not None:  # the old code first on the path, run from its own directory
+            run_env["PYTHONPATH"] = str(code)
+        return subprocess.run([sys.executable, "-m", "omnigent", "run", str(spec), "--resume", conv_id,
+                               "-p", f"question for {model}"], env=run_env, cwd=code or tmp_path,
+                              capture_output=True, text=True, timeout=60)
+
+    for model, code in zip(models, (None, release_0_1_0, None)):
+        result = run(model, code)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"answer from {model}\n"
+    # the last turn (ours again) saw what 0.1.0 added
+    [call] = mock_requests(mock_llm_server_url, key=models[2])
+    sent = str(call.get("input") or call.get("messages"))
+    assert sent.index(f"question for {models[0]}") < sent.index(f"answer from {models[1]}") < sent.index(
+        f"question for {models[2]}")
     assert _rows(db, "PRAGMA integrity_check") == [("ok",)]

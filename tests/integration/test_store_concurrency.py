@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from omnigent.store import MIGRATIONS, Store
+from omnigent.store.db import applied_migrations
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,6 +98,6 @@ def test_processes_opening_a_fresh_file_at_once(tmp_path: Path):
     _run_all([[OPENER, str(tmp_path), str(rounds), str(start), "0.05"] for _ in range(4)])
     for k in range(rounds):
         with Store(tmp_path / f"round{k}" / "chat.db") as store:
-            applied = [r[0] for r in store.conn.execute("SELECT name FROM migrations ORDER BY name")]
+            applied = sorted(applied_migrations(store.db))
             assert applied == [m.name for m in MIGRATIONS]
             assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -24,6 +24,9 @@ from omnigent.store import (
 )
 
 S1_QUERY = "SELECT id FROM conversations WHERE kind = 1 ORDER BY updated_at DESC, id DESC"
+from omnigent.store.db import applied_migrations
+
+_RECORDS_SQL = "SELECT name, applied_at FROM migrations UNION ALL SELECT name, applied_at FROM additive_migrations"
 
 
 def user(text: str) -> dict:
@@ -100,19 +103,18 @@ def test_open_creates_parent_and_sets_pragmas(store: Store, path: Path):
     assert pragma("foreign_keys") == 1
     assert pragma("synchronous") == 1  # NORMAL
     assert pragma("busy_timeout") == 5000
-    names = [r[0] for r in store.conn.execute("SELECT name FROM migrations")]
-    assert names == [m.name for m in MIGRATIONS]
+    assert applied_migrations(store.db) == {m.name for m in MIGRATIONS}
     tables = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"agents", "conversations", "conversation_items", "turns", "files", "migrations"} <= tables
 
 
 def test_migrations_idempotent_on_reopen(path: Path):
     with Store(path) as s:
-        first = s.conn.execute("SELECT name, applied_at FROM migrations").fetchall()
+        first = s.conn.execute(_RECORDS_SQL).fetchall()
         agent = s.upsert_agent("a", {})
         conv_id = s.create_conversation(agent_id=agent["id"])["id"]
     with Store(path) as s:
-        assert s.conn.execute("SELECT name, applied_at FROM migrations").fetchall() == first
+        assert s.conn.execute(_RECORDS_SQL).fetchall() == first
         assert migrate(s.db) == []
         assert s.get_conversation(conv_id)["agent_name"] == "a"
 
@@ -707,3 +709,26 @@ def test_files(store: Store, conv: dict):
     assert store.list_files("conv_missing") == []
     with pytest.raises(NotFoundError):
         store.create_file("conv_missing", "x", b"")
+
+
+def test_unknown_additive_migration_tolerated(path: Path):
+    """A newer release's additive change (new tables, defaulted columns) leaves the file usable here."""
+    with Store(path) as s:
+        s.conn.execute("INSERT INTO additive_migrations VALUES ('9999_future_table', 0)")
+        s.conn.execute("CREATE TABLE future_things (id TEXT PRIMARY KEY)")
+        s.conn.commit()
+    with Store(path) as s:
+        assert "9999_future_table" in applied_migrations(s.db)
+        assert s.create_conversation(agent_id=s.upsert_agent("a", {})["id"])["id"]
+
+
+def test_additive_names_recorded_as_strict_move_where_older_releases_do_not_look(path: Path):
+    """Stores of this release line recorded every migration in `migrations`; 0.1.0 refused them."""
+    with Store(path) as s:
+        s.conn.execute("INSERT INTO migrations SELECT name, applied_at FROM additive_migrations")
+        s.conn.execute("DELETE FROM additive_migrations")
+        s.conn.commit()
+    with Store(path) as s:
+        strict = {r[0] for r in s.conn.execute("SELECT name FROM migrations")}
+        assert strict == {m.name for m in MIGRATIONS if not m.additive} == {"0001_initial"}
+        assert applied_migrations(s.db) == {m.name for m in MIGRATIONS}

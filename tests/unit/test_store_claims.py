@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from omnigent.store import Store
+from omnigent.store.db import applied_migrations
 from omnigent.store.owners import ClaimOwner, owner_alive, process_started
 
 OLD_STORE = Path(__file__).resolve().parents[1] / "resources" / "stores" / "chat-0.1.0.db"
@@ -85,7 +86,7 @@ def test_a_store_of_release_0_1_0_upgrades_and_takes_messages(tmp_path):
     path = tmp_path / "chat.db"
     shutil.copy(OLD_STORE, path)
     with Store(path) as store:
-        applied = {r[0] for r in store.conn.execute("SELECT name FROM migrations")}
+        applied = applied_migrations(store.db)
         assert "0003_conversation_claims" in applied
         conv = store.list_conversations(limit=1)[0]["id"]
         before = store.count_items(conv)
