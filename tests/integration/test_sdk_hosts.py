@@ -157,3 +157,37 @@ def test_a_launch_may_take_the_servers_whole_wait():
     assert _launch_timeout(httpx.Timeout(30.0)).connect == 30.0
     assert _launch_timeout(httpx.Timeout(120.0)).read == 120.0
     assert _launch_timeout(httpx.Timeout(None)).read is None
+
+
+async def test_the_daemons_registration_goes_through_the_sdk(nursery, tmp_path):
+    """`register_host` (the daemon's and `ensure_daemon`'s `POST /v1/hosts`): bearer, roots, one-line errors."""
+    import socket
+
+    from omnigent.host.daemon_client import RegisterError, register_host
+    from omnigent.server.serve import run_server
+    from omnigent.server.sockets import bind_socket
+    from omnigent.store import Store
+
+    store = Store(tmp_path / "chat.db")
+    handle = await nursery.start(lambda task_status: run_server(
+        store, bind_socket(), token="tok", task_status=task_status))
+    try:
+        with pytest.raises(RegisterError) as refused:
+            await register_host(handle.url, token=None)
+        assert str(refused.value).startswith(f"{handle.url} refused to register this host (401): ")
+        assert "\n" not in str(refused.value)
+        (tmp_path / "root").mkdir()
+        (tmp_path / "link").symlink_to(tmp_path / "root")
+        host_id, secret = await register_host(handle.url, token="tok", workspace_roots=[str(tmp_path / "link")])
+        assert secret and host_id.startswith("host_")
+        row = store.get_host(host_id)
+        assert (row["name"], row["workspace_roots"]) == (socket.gethostname(), [str((tmp_path / "root").resolve())])
+        async with OmnigentClient(handle.url, token="tok") as client:
+            assert (await client.hosts.get(host_id)).online is False
+    finally:
+        await handle.aclose()
+        store.close()
+    with pytest.raises(RegisterError) as unreachable:
+        await register_host(handle.url, token="tok")
+    assert str(unreachable.value).startswith(
+        f"cannot register this host: cannot reach the omnigent server at {handle.url}")
