@@ -37,18 +37,19 @@ from ._events import (
     message_text,
 )
 from ._files import FilesNamespace, SessionFiles
+from ._hosts import HostsNamespace
 from ._sessions import SessionsNamespace
 from ._stream import SessionStream
-from ._types import File, QueryResult, Session, SessionListItem
+from ._types import File, Host, HostCredential, LaunchedRunner, QueryResult, Session, SessionListItem
 from .client import OmnigentClient, RunnersNamespace, TurnResult
 
 __all__ = [
     "APIConnectionError", "APIStatusError", "AuthenticationError", "ConflictError", "Event", "File",
-    "FilesNamespace", "Heartbeat", "InputConsumed", "InvalidInputError", "ItemDone",
-    "NotFoundError", "OmnigentClient", "OmnigentError", "ProtocolError", "QueryResult",
-    "ResponseCancelled", "ResponseCompleted", "ResponseCreated", "ResponseFailed", "Resync", "RunnerLost",
-    "RunnerRebound", "RunnersNamespace", "ServerError", "Session", "SessionFiles",
-    "SessionListItem", "SessionStatus", "SessionStream", "SessionsChat", "SessionsNamespace",
-    "StreamReset", "TextDelta", "TurnFailedError", "TurnInterrupted", "TurnResult", "TurnRetried",
-    "message_text",
+    "FilesNamespace", "Heartbeat", "Host", "HostCredential", "HostsNamespace", "InputConsumed",
+    "InvalidInputError", "ItemDone", "LaunchedRunner", "NotFoundError", "OmnigentClient",
+    "OmnigentError", "ProtocolError", "QueryResult", "ResponseCancelled", "ResponseCompleted",
+    "ResponseCreated", "ResponseFailed", "Resync", "RunnerLost", "RunnerRebound", "RunnersNamespace",
+    "ServerError", "Session", "SessionFiles", "SessionListItem", "SessionStatus", "SessionStream",
+    "SessionsChat", "SessionsNamespace", "StreamReset", "TextDelta", "TurnFailedError",
+    "TurnInterrupted", "TurnResult", "TurnRetried", "message_text",
 ]

@@ -87,3 +87,55 @@ class QueryResult:
     status: str = "completed"  # completed | cancelled
     turn_id: str | None = None
     files: list[File] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Host:
+    """A host as `GET /v1/hosts` and `GET /v1/hosts/{id}` show it.
+
+    `runners` are the ids of its runners online now; `capacity` 0 means no
+    bound. The in-process host of `omnigent run` / `omnigent server --runners N`
+    is `host_local`, listed while that server has one.
+    """
+
+    host_id: str
+    name: str | None = None
+    status: str = "offline"  # online | offline
+    online: bool = False
+    runners: list[str] = field(default_factory=list)
+    capacity: int = 0
+    workspace_roots: list[str] = field(default_factory=list)
+    generation: int = 0
+    last_seen_at: float | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Host:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class HostCredential:
+    """What `hosts.register` returns: the new host's id and its secret, which the server shows once.
+
+    The secret opens the host's websocket (`Authorization: Bearer`); the
+    server keeps only its hash. It is left out of `repr()` (and so of any log
+    line or traceback that prints the credential), and not kept in a `raw`.
+    """
+
+    host_id: str
+    host_secret: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class LaunchedRunner:
+    """What `hosts.launch_runner` returns: the runner the host started (not yet online, maybe)."""
+
+    runner_id: str
+    host_id: str
+    session_id: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LaunchedRunner:
+        return _build(cls, data)

@@ -5,7 +5,7 @@ works the same against the in-process server of `omnigent run` and against a
 remote `omnigent server`. It runs on httpx and anyio: under trio (the CLI)
 and under asyncio (SDK users) alike, and importing it loads no server code.
 
-The SDK surface is the namespaces (`sessions`, `files`, `runners`), which
+The SDK surface is the namespaces (`sessions`, `files`, `runners`, `hosts`), which
 return typed resources. The flat methods below them (`create_session`,
 `get_session`, `run_turn`, `events`, ...) are the dict-level calls the CLI and
 the REPL make; each is a thin layer over the same transport and streams.
@@ -28,6 +28,7 @@ from ._chat import SessionsChat, TurnText
 from ._errors import OmnigentError
 from ._events import message_text, parse_event
 from ._files import FilesNamespace
+from ._hosts import HostsNamespace
 from ._http import Transport
 from ._sessions import SessionsNamespace
 
@@ -64,6 +65,7 @@ class OmnigentClient:
         self.sessions = SessionsNamespace(self._t)
         self.files = FilesNamespace(self._t)
         self.runners = RunnersNamespace(self._t)
+        self.hosts = HostsNamespace(self._t)
 
     async def __aenter__(self) -> OmnigentClient:
         return self

@@ -90,27 +90,20 @@ class DaemonInfo:
 
 async def register_host(server_url: str, *, token: str | None, workspace_roots: Iterable[str] = ()
                         ) -> tuple[str, str]:
-    """`POST /v1/hosts`: a fresh (host_id, host_secret) from the server."""
-    import httpx
+    """`POST /v1/hosts` through the SDK (`client.hosts.register`): a fresh (host_id, host_secret)."""
+    from ..client import APIConnectionError, APIStatusError, OmnigentClient, OmnigentError
 
-    body: dict[str, Any] = {"name": socket.gethostname()}
     roots = [os.path.realpath(r) for r in workspace_roots]
-    if roots:
-        body["workspace_roots"] = roots
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with httpx.AsyncClient(timeout=30.0) as client:
-            response = await client.post(f"{server_url}/v1/hosts", json=body, headers=headers)
-    except httpx.HTTPError as exc:
-        raise RegisterError(f"cannot register this host with {server_url}: {exc or type(exc).__name__}") from None
-    if response.status_code != 201:
-        try:
-            message = response.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = response.text.strip()[:200] or response.reason_phrase
-        raise RegisterError(f"{server_url} refused to register this host ({response.status_code}): {message}")
-    data = response.json()
-    return data["host_id"], data["host_secret"]
+        async with OmnigentClient(server_url, token=token, timeout=30.0) as client:
+            credential = await client.hosts.register(name=socket.gethostname(), workspace_roots=roots or None)
+    except APIStatusError as exc:
+        raise RegisterError(f"{server_url} refused to register this host ({exc.status_code}): {exc}") from None
+    except APIConnectionError as exc:  # its message names the server
+        raise RegisterError(f"cannot register this host: {exc}") from None
+    except OmnigentError as exc:  # an answer that is not the API's
+        raise RegisterError(f"cannot register this host with {server_url}: {exc}") from None
+    return credential.host_id, credential.host_secret
 
 
 async def ensure_daemon(server_url: str, *, home: Path, token: str | None,

@@ -28,12 +28,15 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..repl.options import FrontOptions
 from ..repl.trace import trace
+
+if TYPE_CHECKING:
+    from ..client import LaunchedRunner
 
 HOST_OFFLINE_RETRY = 16.5  # seconds a 409 host_offline is retried (the original's figure)
 LINK_WAIT = 30.0           # seconds to wait for the daemon's link to the server
@@ -119,8 +122,7 @@ class _Placer:
         except DaemonError as exc:
             raise OmnigentError(str(exc)) from None
         trace(f"POST /v1/hosts/{self.daemon.host_id}/runners session={session_id!r}")
-        created = await self._launch(client, session_id)
-        runner_id = created["runner_id"]
+        runner_id = (await self._launch(client, session_id)).runner_id
         # Waited for, although the server would hold a message for it: a message that
         # arrives before this runner's hello is placed on any idle runner of the host,
         # which has another session's model endpoint.
@@ -140,16 +142,15 @@ class _Placer:
                 await trio.sleep(0.05)  # no event says "this runner said hello"
         raise OmnigentError(f"runner {runner_id} did not come online within {RUNNER_WAIT:g} s")
 
-    async def _launch(self, client, session_id: str) -> dict[str, Any]:
+    async def _launch(self, client, session_id: str) -> LaunchedRunner:
+        """`client.hosts.launch_runner` in the cwd; a 409 `host_offline` is retried for a while."""
         from ..client import OmnigentError
 
-        body = {"session_id": session_id, "workspace": self.workspace}
-        path = f"/v1/hosts/{self.daemon.host_id}/runners"
         deadline = trio.current_time() + HOST_OFFLINE_RETRY
         while True:
             try:
-                # the SDK has no hosts namespace: its transport keeps the bearer and the errors typed
-                return await client._t.request("POST", path, json=body)
+                return await client.hosts.launch_runner(self.daemon.host_id, session_id=session_id,
+                                                        workspace=self.workspace)
             except OmnigentError as exc:
                 if exc.code != "host_offline" or trio.current_time() >= deadline:
                     raise
