@@ -9,8 +9,9 @@ turn.
 
 Which runner that is, and where a lost runner's sessions go, is decided in
 `placement.py`; what a turn's end writes (with its events, in one
-transaction) is `outcomes.py`'s. This module is the dispatch: the worker,
-its attempts, and following what a runner sends for one.
+transaction) is `outcomes.py`'s; a runner that outlives its dropped link is
+waited for in `reconnects.py`. This module is the dispatch: the worker, its
+attempts, and following what a runner sends for one.
 
 If the runner is lost mid-turn the turn is marked interrupted and dispatched
 again, until it has cost `max_losses` runners: then it fails with
@@ -54,6 +55,7 @@ from .history import build_history
 from .hub import EventHub
 from .outcomes import Outcomes
 from .placement import NoRunner, Placement
+from .reconnects import Reconnects
 from .registry import LOCAL_HOST, RunnerConn, RunnerRegistry
 
 __all__ = ["LOCAL_HOST", "NoRunner", "TurnService"]  # NoRunner and LOCAL_HOST: their home before
@@ -96,7 +98,7 @@ class TurnService:
         self.placement = Placement(store, hub, registry, self.claims, self.adoptions, nursery,
                                    runner_wait=runner_wait, retrying=self._retries_after)
         self._outcomes = Outcomes(store, hub)
-        self.reconnect_grace = reconnect_grace  # a remote runner's dropped link, mid-turn
+        self._reconnects = Reconnects(store, registry, self.adoptions, reconnect_grace)  # a dropped link, mid-turn
         self._moved: set[str] = set()  # sessions rebound while a turn ran: its runner's frames are refused
 
     # --- entry points -------------------------------------------------------
@@ -143,7 +145,7 @@ class TurnService:
         for turn in taken:
             if turn["status"] == "running":
                 # a runner of the dead server's own in-process host died with it (stdin EOF): no wait
-                self.adoptions.expect(turn, grace=0.0 if self._died_with_its_server(turn["runner_id"]) else None)
+                self.adoptions.expect(turn, grace=0.0 if self._reconnects.died_with_its_server(turn["runner_id"]) else None)
         for session_id in {turn["conversation_id"]: None for turn in taken}:
             self.submit(session_id)
         return taken
@@ -152,35 +154,17 @@ class TurnService:
                        conn: RunnerConn) -> tuple[RunnerConn, trio.MemoryReceiveChannel[Any]] | str | None:
         """A remote runner's link dropped mid-turn: its reconnect within the grace, claiming the turn.
 
-        Called with no checkpoint since the loss was seen, so the expectation is
-        in place before the runner can redial. A runner of the local host (its
-        process ends with its link), or one whose host reports it gone or that
-        was declared hung, is not waited for. "cancelled": a client interrupted the wait.
+        Called with no checkpoint since the loss was seen (`reconnects.py`).
+        "cancelled": a client interrupted the wait.
         """
-        if self.reconnect_grace <= 0 or not self._outlives_its_link(conn.runner_id):
+        if not self._reconnects.expect(turn_id, conn.runner_id):
             return None
-        if not self.adoptions.expects(turn_id):  # (`link_replaced` may have put it in place already)
-            turn = self.store.get_turn(turn_id)
-            if turn is None or turn["status"] != "running":
-                return None
-            self.adoptions.expect(turn, grace=self.reconnect_grace)
         claimed: list[tuple[RunnerConn, trio.MemoryReceiveChannel[Any]]] = []
 
         async def wait() -> None:
-            async with trio.open_nursery() as nursery:
-                async def gone_for_good() -> None:
-                    while True:
-                        gone = self.registry.departed.get(conn.runner_id)
-                        if gone is not None and (gone.reported or gone.cause.startswith("hung")):
-                            nursery.cancel_scope.cancel()
-                            return
-                        await self.registry.wait_changed()
-
-                nursery.start_soon(gone_for_good)
-                got = await self.adoptions.wait(turn_id)
-                if got is not None:
-                    claimed.append(got)
-                nursery.cancel_scope.cancel()
+            got = await self._reconnects.wait(turn_id, conn.runner_id)
+            if got is not None:
+                claimed.append(got)
 
         if not await self._wait(session_id, wait()):  # interrupted meanwhile: the caller ends the turn
             return "cancelled"
@@ -189,24 +173,8 @@ class TurnService:
         return claimed[0] if claimed else None
 
     def link_replaced(self, old: RunnerConn) -> None:
-        """A reconnect replaces a silent connection of a runner: its turns are expected on the new one.
-
-        Called before the new connection's hello is read, so its claims find them.
-        """
-        if self.reconnect_grace <= 0 or not self._outlives_its_link(old.runner_id):
-            return
-        for turn_id in list(old.turns):
-            turn = self.store.get_turn(turn_id)
-            if turn is not None and turn["status"] == "running" and not self.adoptions.expects(turn_id):
-                self.adoptions.expect(turn, grace=self.reconnect_grace)
-
-    def _outlives_its_link(self, runner_id: str) -> bool:
-        row = self.store.runner_credential(runner_id)
-        return row is not None and (row["kind"] == "explicit" or row["host_id"] not in (None, LOCAL_HOST))
-
-    def _died_with_its_server(self, runner_id: str | None) -> bool:
-        row = self.store.runner_credential(runner_id) if runner_id else None
-        return row is not None and row["kind"] == "host" and row["host_id"] in (None, LOCAL_HOST)
+        """A reconnect replaces a silent connection of a runner: its turns are expected on the new one."""
+        self._reconnects.link_replaced(old)
 
     def runner_reported(self, conn: RunnerConn, in_flight: list[dict[str, Any]]) -> list[str]:
         """A runner said hello with turns in flight: adopt the expected ones; the rest it must cancel."""
