@@ -145,7 +145,8 @@ class TurnService:
         for turn in taken:
             if turn["status"] == "running":
                 # a runner of the dead server's own in-process host died with it (stdin EOF): no wait
-                self.adoptions.expect(turn, grace=0.0 if self._reconnects.died_with_its_server(turn["runner_id"]) else None)
+                gone = self._reconnects.died_with_its_server(turn["runner_id"])
+                self.adoptions.expect(turn, grace=0.0 if gone else None)
         for session_id in {turn["conversation_id"]: None for turn in taken}:
             self.submit(session_id)
         return taken
@@ -225,11 +226,12 @@ class TurnService:
                         await self._run_turn(session_id, turn)
             except ClaimLost:  # its message went to the other process's turn, which answers it
                 self._outcomes.fail(session_id, turn["id"], "overtaken",
-                           "this process stalled and another one took over the conversation; "
-                           "its turn has this message")
+                                    "this process stalled and another one took over the conversation; "
+                                    "its turn has this message")
             except sqlite3.Error as exc:  # a full or failing disk: the turn fails, the server stays up
                 log.error("turn %s: the store failed: %s", turn["id"], exc)
-                self._outcomes.fail(session_id, turn["id"], "store_error", f"cannot write store: {self.store.path}: {exc}")
+                self._outcomes.fail(session_id, turn["id"], "store_error",
+                                    f"cannot write store: {self.store.path}: {exc}")
             except Exception:  # one broken turn must not stop the session's queue
                 log.exception("turn %s crashed the dispatcher", turn["id"])
                 self._outcomes.fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
@@ -298,8 +300,8 @@ class TurnService:
                 self.hub.publish(session_id, ev.TURN_RETRIED, turn_id=turn_id, attempt=ended["attempt"] + 1)
         self._retrying.discard(session_id)
         self._outcomes.fail(session_id, turn_id, "runner_lost",
-                   f"the runner was lost {len(losses)} times while running this turn; "
-                   f"it is not dispatched again (OMNIGENT_TURN_LOSSES={self.max_losses})")
+                            f"the runner was lost {len(losses)} times while running this turn; "
+                            f"it is not dispatched again (OMNIGENT_TURN_LOSSES={self.max_losses})")
 
     async def _wait(self, session_id: str, waiting: Any) -> bool:
         """Run a wait (for the claim, or a paced re-dispatch) that `interrupt` may end: False if it did."""
