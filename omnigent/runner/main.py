@@ -2,9 +2,10 @@
 
 A runner holds no durable state; each TurnStart carries everything it needs.
 What this module owns is the process's lifetime: connecting (with patience
-while the server starts), the frame loop, one task per turn with its own
-cancel scope, and exiting promptly and cleanly when stdin reaches EOF (a dead
-supervisor leaves no orphan, G9) or on SIGTERM.
+while the server starts), the frame loop, and exiting promptly and cleanly
+when stdin reaches EOF (a dead supervisor leaves no orphan, G9) or on
+SIGTERM. The turns themselves (one task per turn with its own cancel scope,
+what is still owed an end) are `turns.py`'s.
 
 A dropped websocket does not end a runner: its turns go on (the model's
 stream with them), their frames wait in the outbox, and it dials the same
@@ -34,9 +35,7 @@ from __future__ import annotations
 import os
 import random
 import sys
-import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -69,6 +68,7 @@ from protocol import (
 from ._log import log, one_line
 from .config import Config, ConfigError, load_config  # noqa: F401  (their home before)
 from .redial import FATAL, REFUSED, Backoff
+from .turns import Emit, Turns
 from .watch import _watch_signals, _watch_stdin
 
 # Must match harness.HARNESSES (a unit test checks), without importing openai.
@@ -78,32 +78,17 @@ CONNECT_TIMEOUT = 5.0      # one attempt (G2: the 60 s default is far too long)
 DISCONNECT_TIMEOUT = 2.0
 CONNECT_PATIENCE = 30.0    # the server may still be starting
 HELLO_TIMEOUT = 10.0
-# frames held while no connection is up (a turn waits when it is full): a long answer's deltas
-OUTBOX_SIZE = 4096
 THREAD_CODEC_BYTES = 64 * 1024  # frames larger than this are decoded/encoded off the loop
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-
-
-@dataclass
-class _Turn:
-    """A turn this runner owes the server an end for: running, or its end not yet sent."""
-
-    start: TurnStart
-    scope: trio.CancelScope
-    done: trio.Event
-
-    def claim(self) -> dict[str, Any]:
-        return {"turn_id": self.start.turn_id, "attempt": self.start.attempt, "generation": self.start.generation}
 
 
 class Runner:
     """The runner's state across connections: its turns, the frames they send, the clients.
 
-    Turns outlive a connection: they run in a nursery of their own and put
-    their frames in one outbox that the current connection's send loop
-    drains. While no connection is up the outbox holds them (bounded: a turn
-    waits when it is full), and the frame whose send failed is sent first on
-    the next connection, so the server sees every frame of an adopted turn.
+    Turns outlive a connection (`turns.py`): they put their frames in one
+    outbox that the current connection's send loop drains, and the frame
+    whose send failed is sent first on the next connection, so the server
+    sees every frame of an adopted turn.
     """
 
     def __init__(self, config: Config, environ: Mapping[str, str] = os.environ, *,
@@ -114,11 +99,8 @@ class Runner:
         self.stopping = False
         # What `request_stop` cancels: the connect loop, then the session.
         self._active = trio.CancelScope()
-        self._turns: dict[str, _Turn] = {}   # running here now
-        self._owed: dict[str, _Turn] = {}    # turn id -> the attempt whose end is not yet sent
-        self._outbox, self._queued = trio.open_memory_channel[tuple[Frame, "_Turn | None"]](OUTBOX_SIZE)
-        self._unsent: tuple[Frame, _Turn | None] | None = None  # its send failed: first on the next connection
-        self._turn_nursery: trio.Nursery | None = None
+        self._turns = Turns(self._execute)
+        self._unsent: tuple[Frame, Any] | None = None  # its send failed: first on the next connection
         self._dial = dial or _dial_websocket
         self._backoff = Backoff(rng=rng)
         self._harness: ModuleType | None = None
@@ -142,7 +124,7 @@ class Runner:
     async def connect_and_serve(self) -> int:
         """Dial, serve, and dial again after a drop, until stopped or refused; the exit code."""
         async with trio.open_nursery() as turns:
-            self._turn_nursery = turns
+            self._turns.nursery = turns
             try:
                 return await self._connect_loop()
             finally:
@@ -188,7 +170,7 @@ class Runner:
                     if attempts == 1:
                         state = "yet" if not connected_once else "again"
                         log(f"server not reachable {state} at {self.config.ws_url} ({why}); retrying"
-                            + (f" with {len(self._owed)} turn(s) in flight" if self._owed else ""))
+                            + (f" with {len(self._turns)} turn(s) in flight" if self._turns else ""))
                 await trio.sleep(delay)
         return EXIT_OK  # stopped while still connecting
 
@@ -222,7 +204,7 @@ class Runner:
         return outcome
 
     async def _handshake(self, ws: WebSocketConnection) -> str:
-        in_flight = [turn.claim() for turn in self._owed.values()]
+        in_flight = self._turns.claims()
         hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES), in_flight)
         try:
             await ws.send_message(encode(hello))
@@ -258,7 +240,7 @@ class Runner:
             return "error"
         if not self.stopping:
             log(f"server closed the connection{when}: {_close_reason(exc)}; dialing again"
-                + (f" ({len(self._owed)} turn(s) in flight)" if self._owed else ""))
+                + (f" ({len(self._turns)} turn(s) in flight)" if self._turns else ""))
         return "served" if served else "dropped"
 
     def _import_harness(self) -> None:
@@ -302,16 +284,9 @@ class Runner:
                 except ConnectionClosed as exc:
                     return self._closed(exc, "")
             elif isinstance(frame, TurnStart):
-                self._start_turn(frame)
+                self._turns.start(frame)
             elif isinstance(frame, Cancel):
-                turn = self._turns.get(frame.turn_id)
-                if turn is not None:
-                    log(f"turn {frame.turn_id} cancel requested")
-                    turn.scope.cancel()
-                elif frame.turn_id in self._owed:
-                    log(f"cancel for turn {frame.turn_id}, which has ended here: its end is on the way")
-                else:
-                    log(f"cancel for turn {frame.turn_id}, which is not running here: ignored")
+                self._turns.cancel(frame.turn_id)
             else:
                 await self._protocol_error(ws, f"a server may not send {frame.kind!r} to a runner")
                 return "error"
@@ -321,7 +296,7 @@ class Runner:
         # (Pongs go out from the receive loop; the websocket serialises whole messages.)
         while True:
             if self._unsent is None:
-                self._unsent = await self._queued.receive()
+                self._unsent = await self._turns.queued.receive()
             frame, turn = self._unsent
             data = await _encode(frame)
             if len(data) > MAX_FRAME_BYTES:
@@ -335,59 +310,13 @@ class Runner:
                 nursery.cancel_scope.cancel()  # the receive loop says why; this frame goes first next time
                 return
             self._unsent = None
-            if turn is not None and isinstance(frame, (TurnCompleted, TurnFailed)) \
-                    and self._owed.get(turn.start.turn_id) is turn:
-                del self._owed[turn.start.turn_id]  # its end is out: nothing owed any more
+            self._turns.sent(frame, turn)  # its end is out: nothing owed any more
 
-    # --- turns ----------------------------------------------------------
+    # --- turns (turns.py) ----------------------------------------------
 
-    def _start_turn(self, start: TurnStart) -> None:
-        old = self._owed.get(start.turn_id)
-        if old is not None and old.start.attempt == start.attempt:
-            log(f"turn {start.turn_id} is already running here: duplicate turn.start ignored")
-            return
-        # Registered before the task runs, so a Cancel right behind it still finds it.
-        turn = _Turn(start, trio.CancelScope(), trio.Event())
-        self._turns[start.turn_id] = self._owed[start.turn_id] = turn
-        assert self._turn_nursery is not None
-        self._turn_nursery.start_soon(self._run_turn, turn, old)
-
-    async def _run_turn(self, turn: _Turn, superseded: _Turn | None) -> None:
-        start = turn.start
-        if superseded is not None:  # another attempt of this turn: it ends (and says so) first
-            superseded.scope.cancel()
-            await superseded.done.wait()
-        harness_name = start.agent.get("harness") or "openai-agents"
-        log(f"turn {start.turn_id} start: session {start.session_id} attempt {start.attempt} "
-            f"model {start.model!r} harness {harness_name} ({len(start.input)} input items)")
-        started = trio.current_time()
-        terminal: Frame | None = None
-        try:
-            with turn.scope:
-                terminal = await self._execute(start, turn)
-            if turn.scope.cancel_called or terminal is None:
-                terminal = TurnFailed(start.turn_id, "cancelled", "cancelled")
-            elapsed = trio.current_time() - started
-            if isinstance(terminal, TurnFailed):
-                log(f"turn {start.turn_id} failed after {elapsed:.2f} s: {terminal.code}: {terminal.message}")
-            else:
-                log(f"turn {start.turn_id} completed after {elapsed:.2f} s")
-            await self._outbox.send((terminal, turn))
-        finally:
-            if self._turns.get(start.turn_id) is turn:
-                del self._turns[start.turn_id]
-            turn.done.set()
-
-    async def _execute(self, start: TurnStart, turn: _Turn) -> Frame:
-        async def emit(frame: Frame) -> None:
-            await self._outbox.send((frame, turn))
-
-        try:
-            harness = await self._load_harness()
-            return await harness.execute(self._pool, start, emit, self.environ)
-        except Exception as exc:  # a bug in a turn must not take the other turns down
-            log(f"turn {start.turn_id} crashed:\n{traceback.format_exc().rstrip()}")
-            return TurnFailed(start.turn_id, "runner_error", one_line(f"{type(exc).__name__}: {exc}"))
+    async def _execute(self, start: TurnStart, emit: Emit) -> Frame:
+        harness = await self._load_harness()
+        return await harness.execute(self._pool, start, emit, self.environ)
 
     # --- protocol errors ------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from quart import Response, request
 
+from ._routes import conversation
 from .errors import ApiError, invalid, not_found
 from .state import ServerState
 
@@ -35,19 +36,15 @@ def reject_attachments(content: Any, store: Any, conv: dict[str, Any]) -> None:
 def register(app: Any, state: ServerState) -> None:
     store = state.store
 
-    def _session(session_id: str) -> None:
-        if store.get_conversation(session_id) is None:
-            raise ApiError("not_found", "Session not found")
-
     def _file(session_id: str, file_id: str) -> dict[str, Any]:
-        _session(session_id)
+        conversation(state, session_id)
         row = store.get_file(file_id)
         if row is None or row["conversation_id"] != session_id:
             raise not_found("File")
         return row
 
     async def upload(session_id: str):
-        _session(session_id)
+        conversation(state, session_id)
         if not (request.content_type or "").startswith("multipart/form-data"):
             raise invalid("send the file as a multipart 'file' part")
         # the body is read (up to the app's MAX_CONTENT_LENGTH) before refusing it: answering
@@ -65,7 +62,7 @@ def register(app: Any, state: ServerState) -> None:
         return _resource(row), 201
 
     async def list_files(session_id: str):
-        _session(session_id)
+        conversation(state, session_id)
         return {"object": "list", "data": [_resource(r) for r in store.list_files(session_id)]}
 
     async def get_file(session_id: str, file_id: str):

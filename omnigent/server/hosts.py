@@ -28,6 +28,7 @@ from quart import websocket
 import protocol as p
 
 from ..link.runner_secrets import bearer, hash_secret, mint_secret
+from ._routes import conversation
 from .bodies import json_body
 from .errors import ApiError, invalid, not_found
 from .host_link import revoke_host as revoke
@@ -111,9 +112,7 @@ def register(app: Any, state: ServerState) -> None:
         if workspace is not None and not _absolute(workspace):
             raise invalid("'workspace' must be an absolute path")
         if session_id is not None:
-            conv = store.get_conversation(session_id)
-            if conv is None:
-                raise ApiError("not_found", "Session not found")
+            conv = conversation(state, session_id)
             workspace = workspace or conv.get("workspace")
         if not registry.host_online(host_id) or (host_id == LOCAL_HOST and not state.host_events.links):
             raise ApiError("host_offline", f"host {host_id} is offline")

@@ -7,8 +7,11 @@ processes, `claims.py`), finds (or binds) an online runner, sends it the whole
 history, relays the runner's events to the hub and stores the answer once per
 turn.
 
-Placement spreads sessions: an unbound session, and each session of a lost
-runner, goes to the least loaded placeable runner, so one kill hits few.
+Which runner that is, and where a lost runner's sessions go, is decided in
+`placement.py`; what a turn's end writes (with its events, in one
+transaction) is `outcomes.py`'s; a runner that outlives its dropped link is
+waited for in `reconnects.py`. This module is the dispatch: the worker, its
+attempts, and following what a runner sends for one.
 
 If the runner is lost mid-turn the turn is marked interrupted and dispatched
 again, until it has cost `max_losses` runners: then it fails with
@@ -47,24 +50,22 @@ from protocol import events as ev
 
 from ..store import Store
 from .adoption import Adoptions
-from .history import build_history
 from .claims import ClaimLost, Claims
+from .history import build_history
 from .hub import EventHub
-from .registry import Affinity, RunnerConn, RunnerRegistry
+from .outcomes import Outcomes
+from .placement import NoRunner, Placement
+from .reconnects import Reconnects
+from .registry import LOCAL_HOST, RunnerConn, RunnerRegistry
+
+__all__ = ["LOCAL_HOST", "NoRunner", "TurnService"]  # NoRunner and LOCAL_HOST: their home before
 
 log = logging.getLogger("omnigent.server.turns")
 
 
-LOCAL_HOST = "host_local"  # the in-process host of `omnigent run` / `omnigent server --runners N`
-
-
-class NoRunner(Exception):
-    def __init__(self, message: str, code: str = "runner_unavailable") -> None:
-        super().__init__(message)
-        self.code = code  # host_unavailable: the session's host is offline past its grace
-
-
 class TurnService:
+    """The turns of every session of this server: one worker per session (see the module docstring)."""
+
     def __init__(
         self,
         store: Store,
@@ -85,7 +86,6 @@ class TurnService:
         self.hub = hub
         self.registry = registry
         self._nursery = nursery
-        self.runner_wait = runner_wait
         self.max_losses = max_attempts if max_attempts is not None else max_losses  # old name kept
         self.loss_window = loss_window
         self.loss_budget = loss_budget
@@ -93,12 +93,12 @@ class TurnService:
         self._wake: dict[str, trio.Event] = {}
         self._active: dict[str, tuple[str, RunnerConn]] = {}  # session -> (turn id, runner)
         self._retrying: set[str] = set()  # sessions whose interrupted turn waits for a runner
-        self._unadopted: set[str] = set()  # lost runners whose sessions wait for the next runner
         self._waiting: dict[str, trio.CancelScope] = {}  # sessions whose turn waits without a runner
-        self._handled: set[str] = set()  # lost runners whose sessions were moved (left ones may be taken)
-        self.exit_report_wait = 0.2
         self.adoptions = Adoptions(store, adopt_grace)
-        self.reconnect_grace = reconnect_grace  # a remote runner's dropped link, mid-turn
+        self.placement = Placement(store, hub, registry, self.claims, self.adoptions, nursery,
+                                   runner_wait=runner_wait, retrying=self._retries_after)
+        self._outcomes = Outcomes(store, hub)
+        self._reconnects = Reconnects(store, registry, self.adoptions, reconnect_grace)  # a dropped link, mid-turn
         self._moved: set[str] = set()  # sessions rebound while a turn ran: its runner's frames are refused
 
     # --- entry points -------------------------------------------------------
@@ -145,7 +145,8 @@ class TurnService:
         for turn in taken:
             if turn["status"] == "running":
                 # a runner of the dead server's own in-process host died with it (stdin EOF): no wait
-                self.adoptions.expect(turn, grace=0.0 if self._died_with_its_server(turn["runner_id"]) else None)
+                gone = self._reconnects.died_with_its_server(turn["runner_id"])
+                self.adoptions.expect(turn, grace=0.0 if gone else None)
         for session_id in {turn["conversation_id"]: None for turn in taken}:
             self.submit(session_id)
         return taken
@@ -154,35 +155,17 @@ class TurnService:
                        conn: RunnerConn) -> tuple[RunnerConn, trio.MemoryReceiveChannel[Any]] | str | None:
         """A remote runner's link dropped mid-turn: its reconnect within the grace, claiming the turn.
 
-        Called with no checkpoint since the loss was seen, so the expectation is
-        in place before the runner can redial. A runner of the local host (its
-        process ends with its link), or one whose host reports it gone or that
-        was declared hung, is not waited for. "cancelled": a client interrupted the wait.
+        Called with no checkpoint since the loss was seen (`reconnects.py`).
+        "cancelled": a client interrupted the wait.
         """
-        if self.reconnect_grace <= 0 or not self._outlives_its_link(conn.runner_id):
+        if not self._reconnects.expect(turn_id, conn.runner_id):
             return None
-        if not self.adoptions.expects(turn_id):  # (`link_replaced` may have put it in place already)
-            turn = self.store.get_turn(turn_id)
-            if turn is None or turn["status"] != "running":
-                return None
-            self.adoptions.expect(turn, grace=self.reconnect_grace)
         claimed: list[tuple[RunnerConn, trio.MemoryReceiveChannel[Any]]] = []
 
         async def wait() -> None:
-            async with trio.open_nursery() as nursery:
-                async def gone_for_good() -> None:
-                    while True:
-                        gone = self.registry.departed.get(conn.runner_id)
-                        if gone is not None and (gone.reported or gone.cause.startswith("hung")):
-                            nursery.cancel_scope.cancel()
-                            return
-                        await self.registry.wait_changed()
-
-                nursery.start_soon(gone_for_good)
-                got = await self.adoptions.wait(turn_id)
-                if got is not None:
-                    claimed.append(got)
-                nursery.cancel_scope.cancel()
+            got = await self._reconnects.wait(turn_id, conn.runner_id)
+            if got is not None:
+                claimed.append(got)
 
         if not await self._wait(session_id, wait()):  # interrupted meanwhile: the caller ends the turn
             return "cancelled"
@@ -191,24 +174,8 @@ class TurnService:
         return claimed[0] if claimed else None
 
     def link_replaced(self, old: RunnerConn) -> None:
-        """A reconnect replaces a silent connection of a runner: its turns are expected on the new one.
-
-        Called before the new connection's hello is read, so its claims find them.
-        """
-        if self.reconnect_grace <= 0 or not self._outlives_its_link(old.runner_id):
-            return
-        for turn_id in list(old.turns):
-            turn = self.store.get_turn(turn_id)
-            if turn is not None and turn["status"] == "running" and not self.adoptions.expects(turn_id):
-                self.adoptions.expect(turn, grace=self.reconnect_grace)
-
-    def _outlives_its_link(self, runner_id: str) -> bool:
-        row = self.store.runner_credential(runner_id)
-        return row is not None and (row["kind"] == "explicit" or row["host_id"] not in (None, LOCAL_HOST))
-
-    def _died_with_its_server(self, runner_id: str | None) -> bool:
-        row = self.store.runner_credential(runner_id) if runner_id else None
-        return row is not None and row["kind"] == "host" and row["host_id"] in (None, LOCAL_HOST)
+        """A reconnect replaces a silent connection of a runner: its turns are expected on the new one."""
+        self._reconnects.link_replaced(old)
 
     def runner_reported(self, conn: RunnerConn, in_flight: list[dict[str, Any]]) -> list[str]:
         """A runner said hello with turns in flight: adopt the expected ones; the rest it must cancel."""
@@ -224,83 +191,18 @@ class TurnService:
                 self._moved.add(session_id)
                 active[1].route(active[0], _MOVED)  # wakes the follower, which refuses the rest
 
-    # --- runners coming and going ---------------------------------------------
+    # --- runners coming and going (placement.py) ------------------------------
 
     def runner_left(self, runner_id: str) -> None:
-        self._nursery.start_soon(self._handle_loss, runner_id)
+        self.placement.runner_left(runner_id)
 
     def runner_joined(self, conn: RunnerConn) -> None:
         """A new runner (with the others online) adopts the sessions of runners lost while none could."""
-        unadopted, self._unadopted = list(self._unadopted), set()
-        for old in unadopted:
-            self._spread(old)  # puts back a runner whose sessions still have nowhere to go (affinity)
+        self.placement.runner_joined(conn)
 
-    async def _handle_loss(self, runner_id: str) -> None:
-        # the host's exit report (code or signal) says more than a dropped socket, within ms
-        with trio.move_on_after(self.exit_report_wait):
-            while not self._departure_reported(runner_id):
-                await self.registry.wait_changed()
-        gone = self.registry.departed.get(runner_id)
-        cause = gone.cause if gone else "disconnected"
-        for session_id in self.store.conversations_for_runner(runner_id):
-            self.hub.publish(session_id, ev.RUNNER_LOST, runner_id=runner_id, cause=cause)
-        if self.registry.placeable():  # e.g. the warm spare: take over now, the supervisor refills
-            self._spread(runner_id)
-        else:
-            self._unadopted.add(runner_id)
-
-    def _departure_reported(self, runner_id: str) -> bool:
-        gone = self.registry.departed.get(runner_id)
-        return gone is None or gone.reported or runner_id in self.registry.online
-
-    def _spread(self, old: str) -> None:
-        """Move the lost runner's sessions over the placeable runners, each to the least loaded.
-
-        A session whose claim a live other process holds is left alone: that
-        process runs its turn on a runner of its own.
-        """
-        gone = self.registry.departed.get(old)
-        loads = self._loads()
-        moved = False
-        for session_id in self.store.conversations_for_runner(old):
-            if not loads or self.claims.held_elsewhere(session_id) or self.adoptions.expects_session(session_id):
-                continue  # (a turn waiting for its runner to reconnect keeps the binding, and generation)
-            mine = self._eligible(session_id, loads)  # hosts: only where the session may run
-            if not mine:
-                self._unadopted.add(old)  # its host's next runner takes it (runner_joined)
-                continue
-            conn = _least_loaded(mine)
-            with self.hub.transaction(session_id) as tx:  # the binding and its notice at once (events)
-                if not self.store.bind_runner(session_id, conn.runner_id, expected=old):
-                    continue  # rebound meanwhile (another process holding its claim)
-                tx.publish(
-                    ev.RUNNER_REBOUND, old_runner_id=old, new_runner_id=conn.runner_id,
-                    cause=gone.cause if gone else "disconnected",
-                    downtime=round(trio.current_time() - gone.at, 3) if gone else 0.0,
-                    retrying=session_id in self._retrying or self.active_runner(session_id) == old,
-                )
-            bound, running, at, _ = loads[conn.runner_id]
-            loads[conn.runner_id] = (bound + 1, running, at, conn)
-            moved = True
-        self._handled.add(old)
-        if moved:
-            self.registry.notify_changed()  # workers waiting in _runner_for re-read their binding
-
-    def _affinity(self, session_id: str) -> Affinity:
-        conv = self.store.get_conversation(session_id) or {}
-        return Affinity(self.store.conversation_host(session_id), conv.get("workspace"))
-
-    def _eligible(self, session_id: str, loads: dict[str, tuple[int, int, float, RunnerConn]]
-                  ) -> dict[str, tuple[int, int, float, RunnerConn]]:
-        """The part of `loads` this session may be placed on (registry.may_serve)."""
-        affinity = self._affinity(session_id)
-        return {rid: load for rid, load in loads.items() if self.registry.may_serve(rid, affinity)}
-
-    def _loads(self) -> dict[str, tuple[int, int, float, RunnerConn]]:
-        """Each placeable runner's load: (sessions bound, turns running, connected at, the runner)."""
-        conns = self.registry.placeable()
-        bound = self.store.runner_loads(c.runner_id for c in conns)
-        return {c.runner_id: (bound[c.runner_id], len(c.turns), c.connected_at, c) for c in conns}
+    def _retries_after(self, session_id: str, old: str) -> bool:
+        """Whether the session's turn is dispatched again once it is rebound off `old`."""
+        return session_id in self._retrying or self.active_runner(session_id) == old
 
     # --- the per-session worker ----------------------------------------------
 
@@ -313,7 +215,7 @@ class TurnService:
                 continue
             try:
                 if not await self._wait(session_id, self.claims.acquire(session_id, turn["id"])):
-                    self._cancelled(session_id, turn["id"])
+                    self._outcomes.cancelled(session_id, turn["id"])
                     continue
                 # history is read only inside the claim: it has the answer this turn waited for
                 async with self.claims.renewed(session_id, turn["id"]):
@@ -323,15 +225,16 @@ class TurnService:
                     else:
                         await self._run_turn(session_id, turn)
             except ClaimLost:  # its message went to the other process's turn, which answers it
-                self._fail(session_id, turn["id"], "overtaken",
-                           "this process stalled and another one took over the conversation; "
-                           "its turn has this message")
+                self._outcomes.fail(session_id, turn["id"], "overtaken",
+                                    "this process stalled and another one took over the conversation; "
+                                    "its turn has this message")
             except sqlite3.Error as exc:  # a full or failing disk: the turn fails, the server stays up
                 log.error("turn %s: the store failed: %s", turn["id"], exc)
-                self._fail(session_id, turn["id"], "store_error", f"cannot write store: {self.store.path}: {exc}")
+                self._outcomes.fail(session_id, turn["id"], "store_error",
+                                    f"cannot write store: {self.store.path}: {exc}")
             except Exception:  # one broken turn must not stop the session's queue
                 log.exception("turn %s crashed the dispatcher", turn["id"])
-                self._fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
+                self._outcomes.fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
 
     def _adopted_turn(self, session_id: str) -> dict[str, Any] | None:
         """A running turn taken over at start, waiting for its runner (it goes before the queue)."""
@@ -354,10 +257,7 @@ class TurnService:
         else:
             why = "no runner claimed it after the server restarted"
             log.warning("turn %s: %s within %g s; dispatching it again", turn_id, why, self.adoptions.grace)
-        with self.hub.transaction(session_id) as tx:  # watchers see it end, not "running" forever
-            ended = self.store.finish_turn(turn_id, "interrupted", error=why)
-            tx.publish(ev.TURN_INTERRUPTED, turn_id=turn_id, reason=why,
-                       attempt=ended["attempt"] if ended else None)
+        self._outcomes.interrupted(session_id, turn_id, why)
         await self._run_turn(session_id, turn, losses)
 
     async def _run_turn(self, session_id: str, turn: dict[str, Any], losses: list[float] | None = None) -> None:
@@ -366,20 +266,20 @@ class TurnService:
         while True:
             if not await self._wait(session_id, self._pace(losses)):
                 self._retrying.discard(session_id)
-                self._cancelled(session_id, turn_id)
+                self._outcomes.cancelled(session_id, turn_id)
                 return
             try:
-                conn = await self._runner_for(session_id)
+                conn = await self.placement.runner_for(session_id)
             except NoRunner as exc:
                 self._retrying.discard(session_id)
-                self._fail(session_id, turn_id, exc.code, str(exc))
+                self._outcomes.fail(session_id, turn_id, exc.code, str(exc))
                 return
             self._retrying.discard(session_id)
             outcome = await self._attempt(session_id, turn_id, conn)
             while outcome == "lost":  # a runner that outlives its link may come back for it
                 claimed = await self._reclaim(session_id, turn_id, conn)
                 if claimed == "cancelled":
-                    self._cancelled(session_id, turn_id)
+                    self._outcomes.cancelled(session_id, turn_id)
                     return
                 if claimed is None:
                     break
@@ -392,19 +292,16 @@ class TurnService:
                 return
             losses.append(trio.current_time())
             reason = f"runner {conn.runner_id} was lost"
-            with self.hub.transaction(session_id) as tx:  # the watchers' turn state (events)
-                ended = self.store.finish_turn(turn_id, "interrupted", error=reason)
-                tx.publish(ev.TURN_INTERRUPTED, turn_id=turn_id, reason=reason,
-                           attempt=ended["attempt"] if ended else None)
+            ended = self._outcomes.interrupted(session_id, turn_id, reason)
             if len(losses) >= self.max_losses:
                 break
             self._retrying.add(session_id)
             if ended:
                 self.hub.publish(session_id, ev.TURN_RETRIED, turn_id=turn_id, attempt=ended["attempt"] + 1)
         self._retrying.discard(session_id)
-        self._fail(session_id, turn_id, "runner_lost",
-                   f"the runner was lost {len(losses)} times while running this turn; "
-                   f"it is not dispatched again (OMNIGENT_TURN_LOSSES={self.max_losses})")
+        self._outcomes.fail(session_id, turn_id, "runner_lost",
+                            f"the runner was lost {len(losses)} times while running this turn; "
+                            f"it is not dispatched again (OMNIGENT_TURN_LOSSES={self.max_losses})")
 
     async def _wait(self, session_id: str, waiting: Any) -> bool:
         """Run a wait (for the claim, or a paced re-dispatch) that `interrupt` may end: False if it did."""
@@ -415,12 +312,6 @@ class TurnService:
             finally:
                 del self._waiting[session_id]
         return not scope.cancelled_caught
-
-    def _cancelled(self, session_id: str, turn_id: str) -> None:
-        with self.hub.transaction(session_id) as tx:  # stored with its events (events)
-            self.store.finish_turn(turn_id, "cancelled", error="cancelled")
-            tx.publish(ev.CANCELLED, turn_id=turn_id)
-            tx.publish(ev.SESSION_STATUS, status="idle")
 
     async def _pace(self, losses: list[float]) -> None:
         """Hold a re-dispatch while this turn lost `loss_budget` runners in the last `loss_window` s."""
@@ -476,17 +367,17 @@ class TurnService:
                             pass  # gone or stuck: the ping verdict ends it
                     return "moved"
                 if isinstance(frame, p.TurnEvent):
-                    self._relay(session_id, turn_id, frame.event)
+                    self._outcomes.relay(session_id, turn_id, frame.event)
                 elif isinstance(frame, p.TurnCompleted):
-                    self._complete(session_id, turn_id, frame)
+                    self._outcomes.complete(session_id, turn_id, frame)
                     return "completed"
                 elif isinstance(frame, p.TurnFailed):
                     if frame.code == "cancelled":
-                        self._cancelled(session_id, turn_id)
+                        self._outcomes.cancelled(session_id, turn_id)
                     else:
                         if frame.output:  # a partial answer (stream dropped): kept, marked incomplete
                             self.store.append_turn_output(session_id, turn_id, frame.output, None)
-                        self._fail(session_id, turn_id, frame.code, frame.message)
+                        self._outcomes.fail(session_id, turn_id, frame.code, frame.message)
                     return "failed"
             return "lost"
         finally:
@@ -501,84 +392,9 @@ class TurnService:
         turn = self.store.get_turn(turn_id) or {}
         return int(conv.get("generation") or 0) != int(turn.get("generation") or 0)
 
-    # --- helpers -------------------------------------------------------------
-
-    async def _runner_for(self, session_id: str) -> RunnerConn:
-        """The session's runner if online, else bind the least loaded (compare-and-set), waiting a bounded time.
-
-        A session pinned to a host whose link is down waits at least until that host's grace
-        ends; then it fails with `host_unavailable` (server/registry.py, affinity).
-        """
-        with trio.move_on_after(self.runner_wait):
-            return await self._find_runner(session_id)
-        host_id = self._affinity(session_id).host_id
-        grace_end = self.registry.grace_end(host_id)
-        if grace_end is not None and grace_end > trio.current_time():
-            with trio.move_on_at(grace_end):
-                return await self._find_runner(session_id)
-        if host_id is not None and not self.registry.host_online(host_id):
-            raise NoRunner(f"host {host_id} is unavailable: its link is down and no runner of it "
-                           f"came online within {self.runner_wait:g} s", "host_unavailable")
-        raise NoRunner(f"no runner came online within {self.runner_wait:g} s")
-
-    async def _find_runner(self, session_id: str) -> RunnerConn:
-        while True:
-            conv = self.store.get_conversation(session_id)
-            bound = conv.get("runner_id") if conv else None
-            if bound and bound in self.registry.online:
-                return self.registry.online[bound]
-            # a runner lost in this server's life is replaced by runner_left/joined
-            # (with the notices); only unbound, stale or left-behind bindings are taken here
-            adoptable = bound is None or bound not in self.registry.departed or bound in self._handled
-            adoptable = adoptable and not self.registry.launching(bound)  # a host is starting it for us
-            loads = self._eligible(session_id, self._loads()) if adoptable else {}
-            if loads:
-                conn = _least_loaded(loads)
-                if self.store.bind_runner(session_id, conn.runner_id, expected=bound):
-                    return conn
-                continue  # someone else rebound it: re-read
-            if self.registry.gave_up:
-                raise NoRunner(f"runners cannot stay up: {self.registry.gave_up}")
-            await self.registry.wait_changed()
-
     def _history(self, session_id: str, input_item_id: str) -> list[dict[str, Any]]:
         return build_history(self.store.list_items(session_id), input_item_id)
-
-    def _relay(self, session_id: str, turn_id: str, event: dict[str, Any]) -> None:
-        try:
-            event = p.decode_event({**event, "turn_id": turn_id})
-        except p.ProtocolError as exc:
-            log.warning("dropping bad event from runner: %s", exc.reason)
-            return
-        fields = {k: v for k, v in event.items() if k not in ("type", "sequence_number", "session_id")}
-        self.hub.publish(session_id, event["type"], **fields)
-
-    def _complete(self, session_id: str, turn_id: str, frame: p.TurnCompleted) -> None:
-        response = {"id": frame.response_id, "object": "response", "status": "completed",
-                    "output": frame.output, "usage": frame.usage}
-        with self.hub.transaction(session_id) as tx:  # answer, end and events at once (events)
-            self.store.append_turn_output(session_id, turn_id, frame.output, frame.response_id)
-            self.store.finish_turn(turn_id, "completed")
-            tx.publish(ev.COMPLETED, turn_id=turn_id, response=response)
-            tx.publish(ev.SESSION_STATUS, status="idle")
-
-    def _fail(self, session_id: str, turn_id: str, code: str, message: str) -> None:
-        error = {"code": code, "message": message}
-        try:
-            with self.hub.transaction(session_id) as tx:  # stored with its events (events)
-                self.store.finish_turn(turn_id, "failed", error=message)
-                tx.publish(ev.FAILED, turn_id=turn_id, error=error)
-                tx.publish(ev.SESSION_STATUS, status="failed", error=error)
-            return
-        except sqlite3.Error as exc:  # watchers still hear why; the next start marks it interrupted
-            log.error("turn %s failed (%s) and that could not be stored: %s", turn_id, message, exc)
-        self.hub.publish(session_id, ev.FAILED, turn_id=turn_id, error=error)
-        self.hub.publish(session_id, ev.SESSION_STATUS, status="failed", error=error)
 
 
 _MOVED = object()  # put on a followed turn's route when its session is rebound by hand
 
-
-def _least_loaded(loads: dict[str, tuple[int, int, float, RunnerConn]]) -> RunnerConn:
-    """Fewest sessions bound, then fewest turns running, then the longest online."""
-    return min(loads.values(), key=lambda load: load[:3])[3]

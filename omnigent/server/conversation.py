@@ -1,0 +1,93 @@
+"""A session's conversation routes: what a client posts into it and reads back.
+
+- `POST /v1/sessions/{id}/events`: `message` (stored with its `input.consumed`
+  event in one transaction, then a turn is queued: 202), `interrupt` (the running
+  or waiting turn is cancelled) or `retry` (the newest interrupted or failed turn
+  runs again).
+- `GET /v1/sessions/{id}/items` (paged, `after`/`order`/`limit`) and `GET /v1/sessions/{id}/turns`.
+
+The turns themselves run in `turns.TurnService`; these routes only queue and read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import request
+
+from protocol import events as ev
+
+from ..store.errors import NotFoundError
+from . import bodies, files
+from ._routes import conversation, int_arg
+from .errors import ApiError, invalid
+from .state import ServerState
+
+
+def register(app: Any, state: ServerState) -> None:
+    store = state.store
+
+    @app.post("/v1/sessions/<session_id>/events")
+    async def post_event(session_id: str):
+        conv = conversation(state, session_id)
+        body = await bodies.json_body()
+        kind = body.get("type")
+        if kind == "interrupt":
+            return {"queued": False, "interrupted": await state.turns.interrupt(session_id)}, 202
+        if kind == "retry":
+            return _retry(session_id)
+        if kind != "message":
+            raise invalid("'type' must be 'message', 'interrupt' or 'retry'")
+        data = body.get("data")
+        if not isinstance(data, dict) or data.get("role", "user") != "user":
+            raise invalid("'data' must be a user message object")
+        files.reject_attachments(data.get("content"), store, conv)
+        content = _content(data.get("content"))
+        # stored now, or once the turn this one waits behind has answered (recovery, issue 7 §10)
+        with state.hub.transaction(session_id) as tx:  # the message and its event commit together
+            item, turn = store.queue_message(session_id, {"type": "message", "role": "user", "content": content})
+            tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+        state.turns.submit(session_id)
+        return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202
+
+    def _retry(session_id: str):
+        """Run the newest interrupted turn again (one left by a crashed process, say)."""
+        turns = store.list_turns(session_id)
+        last = turns[-1] if turns else None
+        if last is None or last["status"] not in ("interrupted", "failed"):
+            raise ApiError("conflict", "the last turn of this session was not interrupted")
+        turn = store.create_turn(session_id, last["input_item_id"])
+        state.turns.submit(session_id)
+        return {"queued": True, "item_id": last["input_item_id"], "turn_id": turn["id"]}, 202
+
+    @app.get("/v1/sessions/<session_id>/items")
+    async def list_items(session_id: str):
+        conversation(state, session_id)
+        limit = int_arg("limit", 100, 1, 1000)
+        order = request.args.get("order", "asc")
+        if order not in ("asc", "desc"):
+            raise invalid("order must be asc or desc")
+        after = request.args.get("after")
+        try:
+            rows = store.list_items(session_id, limit=limit + 1, after=after, order=order)
+        except NotFoundError:
+            raise invalid(f"after: no item {after!r} in this session") from None
+        data = rows[:limit]
+        return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None, "has_more": len(rows) > limit}
+
+    @app.get("/v1/sessions/<session_id>/turns")
+    async def list_turns(session_id: str):
+        conversation(state, session_id)
+        return {"object": "list", "data": store.list_turns(session_id)}
+
+
+def _content(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        content = [{"type": "input_text", "text": content}]
+    if not isinstance(content, list) or not content:
+        raise invalid("message content must be a non-empty list of parts or a string")
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
+            raise invalid("message content parts must be {'type': 'input_text', 'text': str}")
+    return content

@@ -1,0 +1,114 @@
+"""A session's event stream, over SSE and over a websocket.
+
+- `GET /v1/sessions/{id}/stream`: SSE. A greeting heartbeat stating the newest
+  sequence number, the events after `?after=N` (or `Last-Event-ID`), then the
+  live tail, ended by `data: [DONE]`.
+- `GET /v1/sessions/{id}/ws`: the same stream as JSON text messages; `?after=N` replays.
+
+Both start from the number the greeting states, so nothing published after it
+is missed; both send a heartbeat after `HEARTBEAT_EVERY` s of silence. A server
+shutting down closes the websocket with 1001 rather than leaving it to time out.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import aclosing
+from typing import Any
+
+import trio
+from quart import Response, request, websocket
+
+from protocol import events as ev
+
+from ._routes import check_origin, conversation
+from .errors import ApiError, invalid
+from .hub import HEARTBEAT_EVERY
+from .state import ServerState
+
+
+def register(app: Any, state: ServerState) -> None:
+
+    @app.get("/v1/sessions/<session_id>/stream")
+    async def sse(session_id: str):
+        """SSE: a greeting heartbeat, the events after `?after=N` (or `Last-Event-ID`), the live tail.
+
+        Each logged event has an `id: <seq>` line, so a browser's EventSource
+        resumes by itself; heartbeats (every 15 s of silence) have none.
+        """
+        conversation(state, session_id)
+        after = _after_arg(request.args)
+        if after is None:
+            after = _last_event_id(request.headers.get("Last-Event-ID"))
+        now = state.hub.last_seq(session_id)
+
+        async def body():
+            # the greeting states the newest number: live-only starts there, so nothing posted after it is missed
+            yield _sse({"type": ev.HEARTBEAT, "session_id": session_id, "sequence_number": now})
+            stream = state.hub.follow_batches(session_id, now if after is None else after,
+                                              heartbeat=HEARTBEAT_EVERY)
+            async with aclosing(stream):
+                async for batch in stream:
+                    yield b"".join(_sse(event) for event in batch)  # one write per burst
+            yield b"data: [DONE]\n\n"
+
+        return Response(body(), content_type="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.websocket("/v1/sessions/<session_id>/ws")
+    async def session_ws(session_id: str):
+        """The same stream as JSON text messages; `?after=N` replays. The client sends nothing."""
+        try:
+            check_origin(state, websocket.headers, needs_token=True)
+            conversation(state, session_id)
+            after = _after_arg(websocket.args)
+        except ApiError as exc:
+            return exc.body(), exc.status
+        await websocket.accept()
+        async with trio.open_nursery() as n:
+            n.start_soon(_close_on_shutdown, n)
+            n.start_soon(_drain_client)
+            now = state.hub.last_seq(session_id)
+            await websocket.send(json.dumps({"type": ev.HEARTBEAT, "session_id": session_id,
+                                             "sequence_number": now}))
+            stream = state.hub.follow(session_id, now if after is None else after, heartbeat=HEARTBEAT_EVERY)
+            async with aclosing(stream):
+                async for event in stream:
+                    await websocket.send(json.dumps(event))
+            n.cancel_scope.cancel()
+
+    async def _close_on_shutdown(n: trio.Nursery) -> None:
+        await state.shutting_down.wait()
+        await websocket.close(1001, "server shutting down")  # not 1006 after a 3 s hang (G1)
+        n.cancel_scope.cancel()
+
+
+async def _drain_client() -> None:
+    while True:  # clients send nothing we need; reading notices a close
+        await websocket.receive()
+
+
+def _after_arg(args: Any) -> int | None:
+    raw = args.get("after")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise invalid("after must be an integer sequence number") from None
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    seq = event.get("sequence_number") if event["type"] != ev.HEARTBEAT else None
+    head = f"id: {seq}\n" if isinstance(seq, int) else ""
+    return f"{head}event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def _last_event_id(raw: str | None) -> int | None:
+    """The SSE reconnect header: a sequence number we sent, or nothing usable (then: live)."""
+    if raw is None:
+        return None
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ApiError("invalid_input", "Last-Event-ID must be an integer sequence number") from None
