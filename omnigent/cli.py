@@ -6,12 +6,16 @@ command that needs it, so `omnigent --help` and error paths stay instant.
 
 from __future__ import annotations
 
-import os
-import sys
-from functools import partial
-from pathlib import Path
+from .config.timeline import mark
 
-import click
+mark("cli.start")  # before click: the timeline's first point of a run
+
+import os  # noqa: E402
+import sys  # noqa: E402
+from functools import partial  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import click  # noqa: E402
 
 NO_ENDPOINT = (
     "no model endpoint configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for any "
@@ -371,4 +375,5 @@ def _exit(code: int | str | None) -> None:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
+    mark("cli.exit")
     os._exit(code or 0)

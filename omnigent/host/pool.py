@@ -51,6 +51,7 @@ from supervisor import (
     read_log_tail,
 )
 
+from ..config.timeline import mark
 from ..link.memory import LinkEnd
 from ..link.runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR, hash_secret, mint_secret
 from .env import clean_session_env, passthrough_names
@@ -172,6 +173,7 @@ class Host:
     def _launched(self, config: ProcessConfig, handle) -> None:
         # the seeds grep this exact line for the runner's own pid: keep its wording
         log.info("Launched runner %s for workspace %s (pid=%d)", config.label, config.cwd, handle.pid)
+        mark("runner.spawned")
         self.first_launch.set()
         self.link.post(p.RunnerLaunched(runner_id=config.label, pid=handle.pid, log_path=str(config.log_path)))
 

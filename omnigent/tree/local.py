@@ -37,6 +37,7 @@ from ..host.pool import DEFAULT_POLICY
 from ..link.memory import memory_link
 from ..config.dirs import check_free_space, describe, private_dir
 from ..config.logs import close_log, logs_dir, open_log, prune
+from ..config.timeline import mark
 from ..config.tuning import Tuning
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ async def run_tree(
     from ..server.sockets import bind_socket, url_of
 
     sock = bind_socket(*bind)
+    mark("socket.bound")
     try:
         log_root = logs_dir()
         log_handler = _open_files(Path(db_path), log_root)
@@ -121,6 +123,7 @@ async def run_tree(
                 max_losses=tuning.turn_losses, ping_interval=tuning.ping_interval,
                 ping_allowance=tuning.ping_allowance, host_grace=tuning.host_grace, allow_hosts=allow_hosts,
                 adopt_grace=tuning.adopt_grace if take_over else None, task_status=task_status))
+            mark("server.ready")
             front_scope = trio.CancelScope()
 
             async def on_signals() -> None:
