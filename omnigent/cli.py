@@ -116,13 +116,15 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
 
     from .repl.options import FrontOptions
 
+    import trio
+
+    spare_gate = trio.Event()  # the REPL's warm spare starts once it is set (see tree.local)
     options = FrontOptions(
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
         resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
+        idle=spare_gate.set,
     )
     if server_url is not None:
-        import trio
-
         from .tree.remote import run_remote
 
         sys.exit(trio.run(partial(run_remote, options, server_url=server_url, token=token, auth=auth)))
@@ -151,13 +153,12 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     db_path = default_db_path()
 
     try:
-        import trio
-
         # The REPL owns Ctrl-C (it cancels a turn); -p leaves it to the tree: exit 130.
-        # The REPL keeps a warm spare runner (~50 MiB) so a crash costs ~0.1 s, not ~0.8 s.
+        # The REPL keeps a warm spare runner (~50 MiB) so a crash costs ~0.1 s, not ~0.8 s;
+        # it starts once the first turn is done or the REPL waits at a terminal prompt.
         one_shot = prompt is not None
-        code = trio.run(partial(run_tree, handle_sigint=one_shot, runners=1 if one_shot else 2,
-                                tuning=tuning),
+        code = trio.run(partial(run_tree, handle_sigint=one_shot, runners=1, spares=0 if one_shot else 1,
+                                spare_gate=spare_gate, tuning=tuning),
                         db_path, make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
