@@ -233,7 +233,7 @@ async def test_the_repl_says_when_the_warm_spare_may_start(tree, mock_llm_server
     configure_mock_llm(mock_llm_server_url, [{"text": "ONE"}], key=model)
     calls: list[int] = []  # how many answers the model had given at each call
     options.idle = lambda: calls.append(len(mock_requests(mock_llm_server_url, model)))
-    piped = ScriptedLines("/help", "first", interactive=False)
+    piped = ScriptedLines("/help", "first", None, interactive=False)
     on_tty = ScriptedLines(None)
 
     async def front(client: OmnigentClient) -> int:
