@@ -18,7 +18,12 @@ runners, so theirs is included; the mock LLM's is not (nor is it in the floor).
 Every run gets `stdin=DEVNULL`, except the piped prompt of `--continue`.
 Prints figures; asserts nothing.
 
-Usage: python scripts/bench.py [--runs 9] [--mem-runs 3] [--rounds 5] [--no-recovery]
+Byte code: with `PYTHONDONTWRITEBYTECODE` set and no `__pycache__`, every run
+compiles omnigent's own modules again, which an installed package never does
+(pip compiles them; the floor's openai and trio are compiled too). `--compile`
+compiles the tree first, as an install would; the table says which was measured.
+
+Usage: python scripts/bench.py [--runs 9] [--mem-runs 3] [--rounds 5] [--no-recovery] [--compile]
 """
 
 from __future__ import annotations
@@ -180,7 +185,14 @@ def main() -> None:
     parser.add_argument("--mem-runs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5, help="recovery rounds")
     parser.add_argument("--no-recovery", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="compile omnigent's modules first, as pip does")
     args = parser.parse_args()
+    if args.compile:
+        import compileall
+
+        for package in ("omnigent", "protocol", "supervisor"):
+            compileall.compile_dir(REPO / package, quiet=1)
+    compiled = (REPO / "protocol" / "__pycache__").is_dir()
     mock, url = start_mock()
     env = {**os.environ, "OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": "mock"}
     try:
@@ -193,7 +205,8 @@ def main() -> None:
     floor_w, floor_c = med(f["floor_wall"]), med(f["floor_cpu"])
     print(f"machine: {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), load average "
           f"{os.getloadavg()[0]:.2f}; {args.runs} alternating pairs, medians"
-          + ("; PYTHONDONTWRITEBYTECODE is set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else ""))
+          + ("; PYTHONDONTWRITEBYTECODE is set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "")
+          + ("; omnigent's modules compiled (__pycache__)" if compiled else "; omnigent's modules not compiled"))
     print(f"floor `python -c \"import openai, trio\"`: wall {floor_w:.3f} s, CPU {floor_c:.3f} s")
     print()
     print("| what | ratio to the floor | absolute |")
