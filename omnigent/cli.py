@@ -6,12 +6,16 @@ command that needs it, so `omnigent --help` and error paths stay instant.
 
 from __future__ import annotations
 
-import os
-import sys
-from functools import partial
-from pathlib import Path
+from .config.timeline import mark
 
-import click
+mark("cli.start")  # before click: the timeline's first point of a run
+
+import os  # noqa: E402
+import sys  # noqa: E402
+from functools import partial  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import click  # noqa: E402
 
 NO_ENDPOINT = (
     "no model endpoint configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for any "
@@ -112,13 +116,15 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
 
     from .repl.options import FrontOptions
 
+    import trio
+
+    spare_gate = trio.Event()  # the REPL's warm spare starts once it is set (see tree.local)
     options = FrontOptions(
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
         resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
+        idle=spare_gate.set,
     )
     if server_url is not None:
-        import trio
-
         from .tree.remote import run_remote
 
         sys.exit(trio.run(partial(run_remote, options, server_url=server_url, token=token, auth=auth)))
@@ -147,13 +153,12 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     db_path = default_db_path()
 
     try:
-        import trio
-
         # The REPL owns Ctrl-C (it cancels a turn); -p leaves it to the tree: exit 130.
-        # The REPL keeps a warm spare runner (~50 MiB) so a crash costs ~0.1 s, not ~0.8 s.
+        # The REPL keeps a warm spare runner (~50 MiB) so a crash costs ~0.1 s, not ~0.8 s;
+        # it starts once the first turn is done or the REPL waits at a terminal prompt.
         one_shot = prompt is not None
-        code = trio.run(partial(run_tree, handle_sigint=one_shot, runners=1 if one_shot else 2,
-                                tuning=tuning),
+        code = trio.run(partial(run_tree, handle_sigint=one_shot, runners=1, spares=0 if one_shot else 1,
+                                spare_gate=spare_gate, tuning=tuning),
                         db_path, make_front)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
@@ -371,4 +376,5 @@ def _exit(code: int | str | None) -> None:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
+    mark("cli.exit")
     os._exit(code or 0)

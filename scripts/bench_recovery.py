@@ -46,14 +46,17 @@ async def _next_of(stream, kind: str) -> dict:
     raise RuntimeError(f"stream ended before {kind}")
 
 
-def measure(runners: int, rounds: int, mock_url: str) -> dict[str, list[float]]:
+def measure(spares: int, rounds: int, mock_url: str) -> dict[str, list[float]]:
+    """One runner and `spares` warm spares, as the REPL has: the spare starts after the first turn."""
     figures: dict[str, list[float]] = {"idle": [], "midturn": [], "runner_pss": []}
     bundle = bundle_bytes(REPO / "examples" / "hello.yaml")
+    gate = trio.Event()
 
     async def front(client) -> int:
         sid = (await client.create_session(bundle))["id"]
         await client.run_turn(sid, "warm up")
-        await trio.sleep(1.0)  # let runners finish their idle warm-up (openai import)
+        gate.set()  # what the REPL does once its first turn is done
+        await trio.sleep(1.5)  # let the spare start and runners finish their idle warm-up
         for _ in range(rounds):
             # idle kill -> rebound to an online runner
             rid = (await client.get_session(sid))["runner_id"]
@@ -96,8 +99,8 @@ def measure(runners: int, rounds: int, mock_url: str) -> dict[str, list[float]]:
             # each kill is a lone incident: 2 kills a round would exceed the default restart
             # intensity (5 in 30 s) and grow the backoff; the bench measures one crash, repeatedly
             policy = replace(DEFAULT_POLICY, intensity=1000, reset_after=0.5)
-            code = trio.run(lambda: run_tree(Path(home) / "chat.db", lambda: front, runners=runners,
-                                             policy=policy))
+            code = trio.run(lambda: run_tree(Path(home) / "chat.db", lambda: front, runners=1, spares=spares,
+                                             spare_gate=gate, policy=policy))
             if code:
                 raise SystemExit(f"the tree exited with {code}; logs in {home}/.omnigent/logs")
         finally:
@@ -113,8 +116,8 @@ def main() -> None:
     mock, url = start_mock()
     os.environ.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY="mock")
     try:
-        for runners, label in ((1, "no spare (1 runner)"), (2, "warm spare (2 runners)")):
-            f = measure(runners, args.rounds, url)
+        for spares, label in ((0, "no spare (1 runner)"), (1, "warm spare (1 runner + 1 spare)")):
+            f = measure(spares, args.rounds, url)
             print(f"{label}, {args.rounds} rounds:")
             print(f"  SIGKILL idle runner -> replacement online, session rebound: "
                   f"median {statistics.median(f['idle']):.3f} s (max {max(f['idle']):.3f})")

@@ -24,6 +24,14 @@ TERM, grace, KILL) instead of one after another. A crash is repaired like a
 slot's: a replacement with a new id (the server rebinds the session). A
 runner nobody uses (its log has not grown for `idle_timeout`: runners log
 every turn) is stopped and not replaced.
+
+Spares (the REPL's warm spare): `spares` more slots, added with
+`Supervisor.start_child` only once the fixed slots are online *and*
+`release_spares()` was called. A spare starting with the first runner would
+import openai while that runner serves the first turn, which on 2 cores
+delays the first answer; the REPL releases it once that turn is done or it
+waits at a terminal prompt. From then on a spare slot is a slot like any
+other: permanent, restarted by the same policy.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import trio
 
 import protocol as p
 from supervisor import (
+    ChildExited,
     ChildSpec,
     GaveUp,
     ProcessConfig,
@@ -51,6 +60,7 @@ from supervisor import (
     read_log_tail,
 )
 
+from ..config.timeline import mark
 from ..link.memory import LinkEnd
 from ..link.runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR, hash_secret, mint_secret
 from .env import clean_session_env, passthrough_names
@@ -116,12 +126,16 @@ class Host:
         idle_timeout: float | None = None,
         activity: Callable[[_Launch], object] = _default_activity,
         on_demand_log_dir: str = "host-runner",
+        spares: int = 0,
     ) -> None:
         self.server_url = server_url
         self.link = link
         self.log_dir = Path(log_dir)
         self.workspace = workspace
         self.count = runners
+        self.spares = spares
+        self._spares_released = trio.Event()
+        self._slots_online = trio.Event()     # the fixed slots are all online
         self.env = {k: v for k, v in (os.environ if env is None else env).items() if k not in CLIENT_TOKEN_VARS}
         self.policy = policy
         self.startup_timeout = startup_timeout
@@ -172,6 +186,7 @@ class Host:
     def _launched(self, config: ProcessConfig, handle) -> None:
         # the seeds grep this exact line for the runner's own pid: keep its wording
         log.info("Launched runner %s for workspace %s (pid=%d)", config.label, config.cwd, handle.pid)
+        mark("runner.spawned")
         self.first_launch.set()
         self.link.post(p.RunnerLaunched(runner_id=config.label, pid=handle.pid, log_path=str(config.log_path)))
 
@@ -190,14 +205,28 @@ class Host:
         ))
 
     def specs(self) -> list[ChildSpec]:
-        return [
-            process_child(
-                slot, lambda slot=slot: self._prepare(slot), ready=self._ready, launcher=self.launcher,
-                startup_timeout=self.startup_timeout, shutdown_grace=self.shutdown_grace,
-                on_launched=self._launched, on_exit=self._exited,
-            )
-            for slot in (f"runner-{i}" for i in range(self.count))
-        ]
+        """The fixed slots, `runner-0` ... (spares, if any, are numbered after them)."""
+        return [self._slot_spec(f"runner-{i}") for i in range(self.count)]
+
+    def _slot_spec(self, slot: str) -> ChildSpec:
+        return process_child(
+            slot, lambda: self._prepare(slot), ready=self._ready, launcher=self.launcher,
+            startup_timeout=self.startup_timeout, shutdown_grace=self.shutdown_grace,
+            on_launched=self._launched, on_exit=self._exited,
+        )
+
+    def release_spares(self) -> None:
+        """Let the spare slots start (once the fixed ones are online). Idempotent; any task or time."""
+        self._spares_released.set()
+
+    async def _start_spares(self) -> None:
+        await self._slots_online.wait()
+        await self._spares_released.wait()
+        for i in range(self.count, self.count + self.spares):
+            try:
+                await self.supervisor.start_child(self._slot_spec(f"runner-{i}"))
+            except (GaveUp, ChildExited, RuntimeError):
+                return  # gave up (run raises it too), or the pool is stopping
 
     # --- running --------------------------------------------------------------
 
@@ -212,8 +241,10 @@ class Host:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._serve_link)
+            if self.spares:
+                nursery.start_soon(self._start_spares)
             try:
-                await self.supervisor.run(self.specs(), task_status=task_status)
+                await self.supervisor.run(self.specs(), task_status=_Relay(task_status, self._slots_online))
             except* GaveUp as group:
                 self._gave_up(group.exceptions[0])
             nursery.cancel_scope.cancel()
@@ -348,6 +379,17 @@ class Host:
                 log.info("runner %s unused for %.0f s: stopping it", launch.runner_id, now - active_at)
                 launch.scope.cancel()
                 return
+
+
+class _Relay:
+    """A task status that also sets `event` when the supervisor reports started."""
+
+    def __init__(self, status: trio.TaskStatus, event: trio.Event) -> None:
+        self._status, self._event = status, event
+
+    def started(self, value: object = None) -> None:
+        self._status.started(value)
+        self._event.set()
 
 
 def _real(path: str) -> str:

@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..client import OmnigentClient, OmnigentError
+from ..config.timeline import mark
 from .options import RESUME_PICKER, FrontOptions
 
 if TYPE_CHECKING:
@@ -89,15 +90,21 @@ class Front:
         from .render import no_text_notice, retry_notice
 
         streamed: list[str] = []  # this attempt's text, kept for a stream that drops mid-answer
+        timeline = ["front.turn_started", "front.first_output"]  # points still to mark
 
         def on_event(event: dict) -> None:
             if event["type"] == ev.MODEL_RETRY:
                 print(retry_notice(event), file=sys.stderr, flush=True)
             elif event["type"] == ev.RESPONSE_CREATED:
                 streamed.clear()
-            elif event["type"] == ev.TEXT_DELTA:
+                if len(timeline) == 2:
+                    mark(timeline.pop(0))
+            elif event["type"] in (ev.TEXT_DELTA, ev.ITEM_DONE) and timeline:
+                mark(timeline.pop())  # the first token, or the whole answer when the model sends no deltas
+            if event["type"] == ev.TEXT_DELTA:
                 streamed.append(event["delta"])
 
+        mark("front.turn_posting")  # the client/ point nearest "turn dispatched" (not ours to edit)
         result = await client.run_turn(session_id, self.options.prompt or "", on_event=on_event)
         if result.status == "completed":
             completed = next((e for e in reversed(result.events) if e["type"] == ev.COMPLETED), None)
@@ -106,6 +113,7 @@ class Front:
                 print(notice, file=sys.stderr, flush=True)  # stdout stays empty: no answer text
             else:
                 print(result.text, flush=True)
+            mark("front.answer_printed")
             return 0
         error = result.error or {}
         if error.get("code") == "stream_dropped" and streamed:

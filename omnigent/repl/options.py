@@ -28,3 +28,6 @@ class FrontOptions:
     # instead of binding any online runner of the pool
     session_fields: dict[str, Any] = field(default_factory=dict)
     place: Callable[[Any, str], Awaitable[None]] | None = None
+    # called when the REPL has nothing to do for a while: a turn ended, or it waits at a
+    # terminal prompt (the local tree starts its warm spare then); may be called repeatedly
+    idle: Callable[[], None] | None = None

@@ -100,6 +100,8 @@ class Repl:
     async def _loop(self) -> int:
         while not (self._quit or self._interrupted):
             self.console.end_line()
+            if self.lines.interactive and self.options.idle is not None:
+                self.options.idle()  # a person types for seconds: the warm spare may start now
             try:
                 line = (await self.lines.read(PROMPT)).strip()
             except EOFError:
@@ -279,6 +281,8 @@ class Repl:
             self._turn = None
             self._outcomes.clear()
             self.console.status("sleeping")
+            if self.options.idle is not None:
+                self.options.idle()  # the first turn no longer competes with the warm spare
 
     async def _bind(self, session_id: str) -> None:
         """Bind an online runner now, so the first answer does not wait for one (and it shows)."""

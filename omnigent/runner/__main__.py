@@ -3,7 +3,11 @@
 import os
 import sys
 
-from omnigent.runner import _early_exit
+from omnigent.config.timeline import mark
+
+mark("runner.start")
+
+from omnigent.runner import _early_exit  # noqa: E402
 
 _early_exit.arm()  # before the imports below: the parent may die while they run
 
@@ -14,4 +18,5 @@ code = main()
 # openai and pydantic loaded) lets the supervisor see the exit at once.
 sys.stdout.flush()
 sys.stderr.flush()
+mark("runner.exit")
 os._exit(code)

@@ -40,6 +40,7 @@ import trio
 
 import protocol as p
 
+from ..config.timeline import mark
 from ..link.runner_secrets import secret_matches
 from .registry import RunnerConn
 from .state import ServerState
@@ -69,6 +70,7 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport,
             hello = p.decode(await transport.receive())
         if not isinstance(hello, p.Hello) or hello.runner_id != runner_id:
             raise p.ProtocolError("first frame must be a hello for this runner id")
+        mark("server.hello")
     except p.ProtocolError as exc:
         await transport.close(exc.close_code, exc.reason[:120])
         return

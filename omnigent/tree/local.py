@@ -37,6 +37,7 @@ from ..host.pool import DEFAULT_POLICY
 from ..link.memory import memory_link
 from ..config.dirs import check_free_space, describe, private_dir
 from ..config.logs import close_log, logs_dir, open_log, prune
+from ..config.timeline import mark
 from ..config.tuning import Tuning
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ async def run_tree(
     make_front: Callable[[], Callable[[OmnigentClient], Awaitable[int]]],
     *,
     runners: int = 1,
+    spares: int = 0,
+    spare_gate: trio.Event | None = None,
     workspace: str | None = None,
     handle_sigint: bool = True,
     policy: RestartPolicy = DEFAULT_POLICY,
@@ -68,10 +71,16 @@ async def run_tree(
     (`omnigent server` on loopback without --token) does None leave it open.
     Raises StoreError or DiskError (one line each, nothing written) when the
     store, the data dir or the logs (`logs_dir()`) cannot be used.
+
+    `spares` more runner slots start once the `runners` are online and
+    `spare_gate` is set (at once without a gate): the REPL sets it when its
+    first turn is done or it waits at a terminal prompt, so the spare's
+    start-up does not compete with the first answer (see `host.pool`).
     """
     from ..server.sockets import bind_socket, url_of
 
     sock = bind_socket(*bind)
+    mark("socket.bound")
     try:
         log_root = logs_dir()
         log_handler = _open_files(Path(db_path), log_root)
@@ -83,7 +92,7 @@ async def run_tree(
         token = token or secrets.token_urlsafe(32)
     server_end, host_end = memory_link()
     host = Host(url, host_end, log_dir=log_root, workspace=workspace or os.getcwd(),
-                runners=runners, policy=policy)
+                runners=runners, policy=policy, spares=spares)
     from ..store.errors import StoreError
 
     exit_code = 0
@@ -101,6 +110,8 @@ async def run_tree(
                     host_done.set()
 
             nursery.start_soon(run_host)
+            if spares:
+                nursery.start_soon(_release_spares, host, spare_gate)
             if runners:
                 with trio.move_on_after(2):  # the runner imports openai while the server imports quart
                     await host.first_launch.wait()
@@ -121,6 +132,7 @@ async def run_tree(
                 max_losses=tuning.turn_losses, ping_interval=tuning.ping_interval,
                 ping_allowance=tuning.ping_allowance, host_grace=tuning.host_grace, allow_hosts=allow_hosts,
                 adopt_grace=tuning.adopt_grace if take_over else None, task_status=task_status))
+            mark("server.ready")
             front_scope = trio.CancelScope()
 
             async def on_signals() -> None:
@@ -160,6 +172,12 @@ async def run_tree(
             store.close()
         close_log(log_handler)
     return exit_code
+
+
+async def _release_spares(host: Host, gate: trio.Event | None) -> None:
+    if gate is not None:
+        await gate.wait()
+    host.release_spares()
 
 
 def _open_files(db_path: Path, log_root: Path):

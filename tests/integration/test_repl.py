@@ -224,3 +224,26 @@ async def test_history_of_1000_turns(tree, mock_llm_server_url):
         return 0
 
     assert await run(front) == 0
+
+
+async def test_the_repl_says_when_the_warm_spare_may_start(tree, mock_llm_server_url):
+    """`options.idle` (the local tree's spare gate): in a pipe after the first turn, not before;
+    on a terminal already at the first prompt, where a person takes seconds to type."""
+    run, options, model, _ = tree
+    configure_mock_llm(mock_llm_server_url, [{"text": "ONE"}], key=model)
+    calls: list[int] = []  # how many answers the model had given at each call
+    options.idle = lambda: calls.append(len(mock_requests(mock_llm_server_url, model)))
+    piped = ScriptedLines("/help", "first", None, interactive=False)
+    on_tty = ScriptedLines(None)
+
+    async def front(client: OmnigentClient) -> int:
+        repl, _ = _repl(client, options, None, piped)
+        assert await repl.run() == 0
+        assert calls and calls[0] == 1  # not for /help: only once the turn was done
+        calls.clear()
+        repl, _ = _repl(client, options, None, on_tty)
+        assert await repl.run() == 0
+        assert calls == [1]  # at the first prompt, before any turn
+        return 0
+
+    assert await run(front) == 0

@@ -515,6 +515,7 @@ async def open_harness(
     *,
     default: RunnerScript = RunnerScript(),
     runners: int = 1,
+    spares: int = 0,
     policy: RestartPolicy = TEST_POLICY,
     runner_wait: float = 30.0,
     max_attempts: int = 2,
@@ -546,7 +547,7 @@ async def open_harness(
             nursery.start_soon(_consume_host, state, server_end)
             launcher = FakeRunnerLauncher(state, nursery, scripts, default)
             host = Host("mem://", host_end, log_dir=tmp_path / "logs", workspace=str(tmp_path),
-                        runners=runners, env={}, policy=policy, launcher=launcher)
+                        runners=runners, env={}, policy=policy, launcher=launcher, spares=spares)
             harness = Harness(tmp_path, store, hub, registry, turns, state, host, launcher, nursery,
                               server_end, host_end)
             if rng is not None:

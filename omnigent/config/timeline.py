@@ -1,0 +1,45 @@
+"""Start-up timeline: named points of a run, appended to `$OMNIGENT_TIMELINE`.
+
+`scripts/bench.py` sets `OMNIGENT_TIMELINE=PATH` and reads back where the
+time of a cold `omnigent run -p` went (process start, socket bound, runner
+spawned, hello seen, first token, answer printed, exit), so a regression
+shows which segment grew. Every process of the run (CLI, runners) appends
+`<name> <CLOCK_MONOTONIC seconds> <pid>` lines to the same file.
+
+Without the variable `mark` is a no-op, and importing this module costs only
+`os`, which every process has already loaded: it may be imported first thing.
+
+`time.monotonic()` is deliberate here, against the house rule of trio's
+clock: it is CLOCK_MONOTONIC, one clock for the whole system on Linux, so
+the points of different processes line up; and this is instrumentation that
+no program logic reads, not timing of the program (trio's clock may be a
+MockClock, and is per run).
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV_VAR = "OMNIGENT_TIMELINE"
+
+
+def mark(name: str) -> None:
+    """Append `<name> <monotonic seconds> <pid>` to the timeline file, if one is set.
+
+    One `O_APPEND` write per point, so lines of concurrent processes never
+    interleave. Failing to write is silent: a timeline never breaks a run.
+    """
+    path = os.environ.get(ENV_VAR)
+    if not path:
+        return
+    import time
+
+    line = f"{name} {time.monotonic():.6f} {os.getpid()}\n".encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
