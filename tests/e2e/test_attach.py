@@ -15,7 +15,7 @@ from omnigent.agents import bundle_bytes
 from tests.conftest import configure_mock_llm
 from tests.e2e._pexpect_harness import PROMPT_READY, STATE_SLEEPING, clean_exit, submit_prompt
 from tests.e2e._repl_helpers import agent_env, new_model, write_agent
-from tests.support.processes import stop
+from tests.support.processes import omnigent_server
 
 TIMEOUT = 30
 
@@ -25,21 +25,11 @@ def served(mock_credentials_env, mock_llm_server_url, tmp_path):
     """An `omnigent server` with one runner, a session on it and a client to drive it."""
     model = new_model()
     env = agent_env(mock_credentials_env, tmp_path / "home")
-    proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "1"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            text=True)
-    try:
-        line = proc.stdout.readline()
-        assert "listening on " in line, line
-        url = line.split("listening on ")[1].split()[0]
-        http = httpx.Client(base_url=url, timeout=TIMEOUT)
+    with omnigent_server(env, "--runners", "1") as url, httpx.Client(base_url=url, timeout=TIMEOUT) as http:
         bundle = bundle_bytes(write_agent(tmp_path, model))
         sid = http.post("/v1/sessions", data={"metadata": "{}"},
                         files={"bundle": ("agent.tar.gz", bundle, "application/gzip")}).json()["session_id"]
         yield url, sid, http, model, env
-        http.close()
-    finally:
-        stop(proc)
 
 
 def _spawn(env, *args) -> pexpect.spawn:

@@ -74,7 +74,7 @@ async def test_old_store_upgrades_and_resumes_through_the_sdk(home, tmp_path, mo
                                                                mock_llm_server_url):
     """`omnigent server` on the previous release's store; the SDK lists, reads and continues a conversation."""
     from omnigent_client import OmnigentClient, SessionsChat
-    from tests.support.processes import stop
+    from tests.support.processes import omnigent_server
 
     db = home / ".omnigent" / "chat.db"
     conv_id = _rows(db, """SELECT c.id FROM conversations c JOIN agents a ON a.id = c.agent_id
@@ -82,13 +82,7 @@ async def test_old_store_upgrades_and_resumes_through_the_sdk(home, tmp_path, mo
     model = f"upgrade-sdk-{uuid.uuid4().hex[:8]}"
     configure_mock_llm(mock_llm_server_url, [{"text": "resumed through the SDK"}], key=model)
     env = {**mock_credentials_env, "HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "1"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            text=True)
-    try:
-        line = proc.stdout.readline()
-        assert "listening on " in line, line
-        url = line.split("listening on ")[1].split()[0]
+    with omnigent_server(env, "--runners", "1") as url:
         async with OmnigentClient(url) as client:
             listed = await client.sessions.list(limit=100)
             assert len(listed) == 100
@@ -101,8 +95,6 @@ async def test_old_store_upgrades_and_resumes_through_the_sdk(home, tmp_path, mo
             result = await chat.query("one more question")
             assert "resumed through the SDK" in result.text
             assert len(await client.sessions.list_items(conv_id)) == 6
-    finally:
-        stop(proc)
     [call] = mock_requests(mock_llm_server_url, key=model)
     sent = str(call.get("input") or call.get("messages"))
     assert sent.index("legacy question 0.0") < sent.index("legacy answer 0.0") < sent.index("one more question")

@@ -13,7 +13,8 @@ import pytest
 
 from omnigent_client import OmnigentClient, Resync, SessionsChat, StreamReset
 from tests.conftest import configure_mock_llm
-from tests.integration.test_sdk_server import MODEL, _online_runner, _start_server, _stop_server, bundle  # noqa: F401
+from tests.integration.test_sdk_server import MODEL, _online_runner, _start_server, bundle  # noqa: F401
+from tests.support.processes import stop
 
 
 @pytest.mark.slow
@@ -54,7 +55,7 @@ def test_a_stream_resumed_across_a_server_restart_misses_nothing_and_doubles_not
                     tg.start_soon(watch)
                     with anyio.fail_after(60):
                         assert (await chat.query("one")).text == "before the restart"
-                    _stop_server(proc)  # the watcher is mid-stream: its connection drops
+                    stop(proc)  # the watcher is mid-stream: its connection drops
                     proc = _start_server(env, port)
                     with anyio.fail_after(60):
                         await _online_runner(client)
@@ -75,6 +76,6 @@ def test_a_stream_resumed_across_a_server_restart_misses_nothing_and_doubles_not
                 text = "".join(e.data["delta"] for e in seen if e.type == "response.output_text.delta")
                 assert text == "before the restartafter the restart"
         finally:
-            _stop_server(proc)
+            stop(proc)
 
     anyio.run(main, backend=backend)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import anyio
@@ -35,7 +33,7 @@ from omnigent_client import (
     NotFoundError,
     OmnigentClient,
 )
-from tests.support.processes import stop
+from tests.support.processes import omnigent_server
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +41,8 @@ def hosts_server(tmp_path_factory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("sdk-hosts-home")
     env = {**os.environ, "HOME": str(home)}
     env.pop("OMNIGENT_REMOTE_AUTH_TOKEN", None)
-    proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "0"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            text=True)
-    try:
-        line = proc.stdout.readline()
-        assert "listening on " in line, line
-        yield line.split("listening on ")[1].split()[0]
-    finally:
-        stop(proc)
+    with omnigent_server(env, "--runners", "0") as url:
+        yield url
 
 
 class _RecordingAuth(httpx.Auth):
