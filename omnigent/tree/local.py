@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,11 +38,11 @@ from ..config.dirs import check_free_space, describe, private_dir
 from ..config.logs import close_log, logs_dir, open_log, prune
 from ..config.timeline import mark
 from ..config.tuning import Tuning
+from .signals import SignalExit
 
 if TYPE_CHECKING:
     from ..client import OmnigentClient
 
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 async def run_tree(
@@ -134,23 +133,14 @@ async def run_tree(
                 adopt_grace=tuning.adopt_grace if take_over else None, task_status=task_status))
             mark("server.ready")
             front_scope = trio.CancelScope()
-
-            async def on_signals() -> None:
-                nonlocal exit_code
-                sigs = list(SIGNAL_EXIT) if handle_sigint else [signal.SIGTERM, signal.SIGHUP]
-                with trio.open_signal_receiver(*sigs) as received:
-                    async for signum in received:
-                        exit_code = SIGNAL_EXIT[signum]
-                        front_scope.cancel()
-                        return
-
-            nursery.start_soon(on_signals)
+            signals = SignalExit(front_scope, sigint=handle_sigint)
+            nursery.start_soon(signals.watch)
             try:
                 with front_scope:
                     async with OmnigentClient(url, token=token) as client:
-                        code = await front(client)
-                        exit_code = exit_code or code
+                        exit_code = await front(client)
             finally:
+                exit_code = signals.code or exit_code
                 with trio.CancelScope(shield=True):
                     host_scope.cancel()
                     with trio.move_on_after(host.shutdown_grace + 1):

@@ -25,7 +25,6 @@ process only (the daemon and the runners never see it).
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ import trio
 
 from ..repl.options import FrontOptions
 from ..repl.trace import trace
+from .signals import SignalExit
 
 if TYPE_CHECKING:
     from ..client import LaunchedRunner
@@ -42,7 +42,6 @@ HOST_OFFLINE_RETRY = 16.5  # seconds a 409 host_offline is retried (the original
 LINK_WAIT = 30.0           # seconds to wait for the daemon's link to the server
 FIRST_LINK_WAIT = 10.0     # at start-up; a server that is down is reported by the front end
 RUNNER_WAIT = 60.0         # seconds for a launched runner to say hello
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 async def run_remote(options: FrontOptions, *, server_url: str, token: str | None, auth: dict[str, Any],
@@ -71,23 +70,14 @@ async def run_remote(options: FrontOptions, *, server_url: str, token: str | Non
     exit_code = 0
     async with trio.open_nursery() as nursery:
         front_scope = trio.CancelScope()
-
-        async def on_signals() -> None:
-            nonlocal exit_code
-            # the REPL owns Ctrl-C (it cancels a turn); -p leaves it to us: exit 130
-            sigs = [signal.SIGTERM, signal.SIGHUP] + ([signal.SIGINT] if options.prompt is not None else [])
-            with trio.open_signal_receiver(*sigs) as received:
-                async for signum in received:
-                    exit_code = SIGNAL_EXIT[signum]
-                    front_scope.cancel()
-                    return
-
-        nursery.start_soon(on_signals)
+        # the REPL owns Ctrl-C (it cancels a turn); -p leaves it to us: exit 130
+        signals = SignalExit(front_scope, sigint=options.prompt is not None)
+        nursery.start_soon(signals.watch)
         with front_scope:
             async with OmnigentClient(server_url, token=token) as client:
-                exit_code = await Front(options).run(client) or exit_code
+                exit_code = await Front(options).run(client)
         nursery.cancel_scope.cancel()
-    return exit_code
+    return signals.code or exit_code
 
 
 class _Placer:
