@@ -88,12 +88,6 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
             raise click.ClickException("--no-session is not supported with --server; the uploaded agent "
                                        "is already scoped to the CLI session.")
         server_url = _check_server_url(server_url)
-        from .host.daemon import idle_timeout_from_env
-
-        try:
-            idle_timeout_from_env()  # read by the daemon this run may start: said here, once
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from None
 
     try:
         spec = load_spec(agent, model=model, harness=harness, system_prompt=system_prompt)

@@ -26,6 +26,7 @@ class Tuning:
     # `omnigent server` after a restart: how long a turn that was running waits for its
     # runner to reconnect and claim it before it is dispatched again
     adopt_grace: float = 10.0
+    runner_idle_timeout: float = 3600.0  # a daemon's runner nobody uses ends after this long
 
 
 _VARS = {
@@ -35,6 +36,7 @@ _VARS = {
     "OMNIGENT_RUNNER_WAIT": ("runner_wait", float),
     "OMNIGENT_HOST_GRACE": ("host_grace", float),
     "OMNIGENT_ADOPT_GRACE": ("adopt_grace", float),
+    "OMNIGENT_RUNNER_IDLE_TIMEOUT": ("runner_idle_timeout", float),
 }
 
 

@@ -21,12 +21,13 @@ def _home() -> Path:
 def run_host(server_url: str, *, roots: list[str], idle_exit: float | None, foreground: bool,
              token: str | None, log_file: Path | None) -> int:
     """`omnigent host --server URL`: detach a daemon (default), or be it (`--foreground`, or spawned)."""
-    from .daemon import DaemonConfig, idle_timeout_from_env, main
+    from ..config.tuning import tuning_from_env
+    from .daemon import DaemonConfig, main
     from .daemon_client import DaemonError, ensure_daemon, find_daemon, register_host
     from . import records
 
     try:
-        idle_timeout = idle_timeout_from_env()
+        idle_timeout = tuning_from_env().runner_idle_timeout
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     config = DaemonConfig(server_url=server_url, home=_home(), workspace_roots=roots, idle_exit=idle_exit,

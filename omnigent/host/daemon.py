@@ -55,19 +55,6 @@ class DaemonConfig:
     idle_timeout: float = 3600.0    # an unused runner ends after this long
 
 
-def idle_timeout_from_env(environ=os.environ) -> float:
-    raw = environ.get("OMNIGENT_RUNNER_IDLE_TIMEOUT", "").strip()
-    if not raw:
-        return 3600.0
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"OMNIGENT_RUNNER_IDLE_TIMEOUT must be a number of seconds, not {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"OMNIGENT_RUNNER_IDLE_TIMEOUT must be positive, not {raw!r}")
-    return value
-
-
 class AlreadyRunning(Exception):
     """Another daemon holds the lock for this (HOME, server URL)."""
 

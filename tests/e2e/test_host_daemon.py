@@ -432,4 +432,4 @@ def test_bad_idle_timeout_is_one_line(server, home, mock_credentials_env, tmp_pa
     env = _env(mock_credentials_env, home, OMNIGENT_RUNNER_IDLE_TIMEOUT="soon")
     done = _run_p(_agent(tmp_path), server, env, tmp_path)
     assert done.returncode == 1 and done.stderr.strip() == (
-        "Error: OMNIGENT_RUNNER_IDLE_TIMEOUT must be a number of seconds, not 'soon'")
+        "Error: OMNIGENT_RUNNER_IDLE_TIMEOUT must be a number, not 'soon'")
