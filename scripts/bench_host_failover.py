@@ -9,7 +9,8 @@ one of its sessions asks again, and the time until all are answered (by the
 other host) is the figure. The dead host is then started again (a new pool,
 the same identity) for the next round.
 
-Prints per-round failover times (median, max).
+Prints per-round failover times (median, max) and the median as a ratio to the
+floor `python -c "import openai, trio"`, timed once per round in the same run.
 
 Usage: python scripts/bench_host_failover.py [--rounds 5] [--sessions 6] [--runners 1]
 """
@@ -41,14 +42,9 @@ from omnigent.server.serve import run_server  # noqa: E402
 from omnigent.server.sockets import bind_socket  # noqa: E402
 from omnigent.store import Store  # noqa: E402
 
+from bench_run import import_floor, start_mock  # noqa: E402
+
 MODEL = "bench-hosts"
-
-
-def start_mock() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "omnigent.testing.mock_llm", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
-    line = proc.stdout.readline()
-    return proc, line.rsplit(" ", 1)[1].strip()
 
 
 class Remote:
@@ -93,6 +89,7 @@ async def main(args: argparse.Namespace) -> None:
     agent.write_text(f"name: bench_hosts\nprompt: p\nexecutor:\n  model: {MODEL}\n")
     store = Store(tmp / "chat.db")
     times: list[float] = []
+    floors: list[float] = []  # `python -c "import openai, trio"`, once per round, in the same run
     try:
         async with trio.open_nursery() as nursery:
             server = await nursery.start(lambda task_status: run_server(
@@ -127,10 +124,13 @@ async def main(args: argparse.Namespace) -> None:
                     times.append(trio.current_time() - start)
                     print(f"round {round_ + 1}: {len(theirs)} sessions of the dead host answered by the other "
                           f"in {times[-1]:.2f} s")
+                    floors.append(await trio.to_thread.run_sync(import_floor, env))
                     await victim.start(nursery)
                     await until(registry, lambda: len(registry.host_runners(victim.host_id)) == args.runners)
+            floor = statistics.median(floors)
             print(f"failover: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
-                  f"over {len(times)} rounds")
+                  f"over {len(times)} rounds; `python -c 'import openai, trio'` in the same run: "
+                  f"median {floor:.3f} s; ratio {statistics.median(times) / floor:.2f}")
             for r in remotes:
                 r.scope.cancel()
             await server.aclose()
