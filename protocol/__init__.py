@@ -27,7 +27,10 @@ from .frames import (
     TurnCompleted,
     TurnEvent,
     TurnFailed,
+    ToolResult,
+    ToolStart,
     TurnStart,
+    TOOL_STATUSES,
     decode,
     encode,
 )
@@ -36,6 +39,6 @@ __all__ = [
     "EVENT_TYPES", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "TERMINAL_EVENTS",
     "Cancel", "Frame", "Hello", "HelloAck", "HostHello", "HostHelloAck", "KillRunner", "LaunchResult", "LaunchRunner",
     "Ping", "Pong", "ProtocolError", "RunnerCredential", "RunnerExited", "RunnerLaunched", "RunnerOnline",
-    "TurnCompleted", "TurnEvent", "TurnFailed", "TurnStart",
+    "TOOL_STATUSES", "ToolResult", "ToolStart", "TurnCompleted", "TurnEvent", "TurnFailed", "TurnStart",
     "decode", "decode_event", "encode", "make_event",
 ]

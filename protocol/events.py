@@ -14,7 +14,7 @@ from typing import Any
 from .errors import ProtocolError
 from .jsonobj import load_object
 
-SESSION_STATUS = "session.status"          # status: idle|running|waiting|failed
+SESSION_STATUS = "session.status"          # status: idle|running|waiting|failed (waiting: for an approval)
 HEARTBEAT = "session.heartbeat"
 INPUT_CONSUMED = "session.input.consumed"  # the persisted user item
 RUNNER_LOST = "session.runner.lost"        # runner_id, cause
@@ -30,6 +30,16 @@ CANCELLED = "response.cancelled"
 # turn state not carried by the events above
 TURN_INTERRUPTED = "session.turn.interrupted"  # turn_id, reason (its runner was lost, the server restarted)
 TURN_RETRIED = "session.turn.retried"          # turn_id, attempt (the one about to start)
+# the agent loop (server/agent_loop.py): a turn is model steps and tool steps
+TOOL_STARTED = "session.tool.started"        # turn_id, step, call_id, tool, arguments (JSON text)
+TOOL_OUTPUT = "session.tool.output"          # turn_id, call_id, delta (runner -> server, batched)
+TOOL_DONE = "session.tool.completed"         # turn_id, step, call_id, tool, status, item (function_call_output)
+APPROVAL_REQUESTED = "session.approval.requested"  # turn_id, approval_id, call_id, tool, arguments, step,
+                                                   # target (command or path "always" covers), diff?, expires_at?
+APPROVAL_RESOLVED = "session.approval.resolved"    # turn_id, approval_id, call_id, decision, by
+STEP_RECOVERED = "session.step.recovered"    # turn_id, step, kind (model|tool|approval), action
+                                             # (repeated|rerun|interrupted|asked_again|not_run), tool?, reason
+USAGE = "session.usage"                      # turn_id, step, usage (one model step's), turn (summed so far)
 # made by the server for one watcher, never stored: its cursor is below what the log keeps
 # (compacted, or before the log existed) or above its newest number. A snapshot of the
 # session as of `sequence_number`: its items and the state of each turn; events follow.
@@ -53,6 +63,14 @@ EVENT_TYPES: dict[str, dict[str, type | tuple[type, ...]]] = {
     TURN_INTERRUPTED: {"turn_id": str, "reason": str},
     TURN_RETRIED: {"turn_id": str, "attempt": int},
     RESYNC: {"reason": str, "items": list, "turns": list},
+    TOOL_STARTED: {"turn_id": str, "step": int, "call_id": str, "tool": str, "arguments": str},
+    TOOL_OUTPUT: {"turn_id": str, "call_id": str, "delta": str},
+    TOOL_DONE: {"turn_id": str, "step": int, "call_id": str, "tool": str, "status": str, "item": dict},
+    APPROVAL_REQUESTED: {"turn_id": str, "approval_id": str, "call_id": str, "tool": str, "arguments": str,
+                         "step": int, "target": str},
+    APPROVAL_RESOLVED: {"turn_id": str, "approval_id": str, "call_id": str, "decision": str, "by": str},
+    STEP_RECOVERED: {"turn_id": str, "step": int, "kind": str, "action": str, "reason": str},
+    USAGE: {"turn_id": str, "step": int, "usage": dict, "turn": dict},
 }
 
 TERMINAL_EVENTS = frozenset({COMPLETED, FAILED, CANCELLED})

@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 from .errors import ProtocolError
 from .jsonobj import load_object
 
-PROTOCOL_VERSION = 1
+# 2: tool steps (ToolStart/ToolResult, TurnStart.step/workspace, HostHello.permissions)
+PROTOCOL_VERSION = 2
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 # values in one frame (a turn's whole output, a long history): bounds the time a parse can take
 MAX_FRAME_VALUES = 1_000_000
@@ -73,6 +74,12 @@ class TurnStart(Frame):
     # the session's ownership generation at dispatch: a runner reports it back in
     # `Hello.in_flight`, and a report from a session that has moved on is refused
     generation: int = 0
+    # which model step of the turn this call is (0, 1, ...): a turn is a loop of model
+    # steps and tool steps (server/agent_loop.py); `input` holds the earlier steps' items
+    step: int = 0
+    # the session's workspace on the runner's host; None: no file or shell tools (the
+    # model is told why). The tools offered are `agent["tools"]`.
+    workspace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,57 @@ class TurnFailed(Frame):
     code: str
     message: str
     output: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ToolStart(Frame):
+    """Server -> runner: run one tool call of a turn's step, in the session's workspace.
+
+    `arguments` is the JSON text exactly as the model produced it. `approval`
+    says why it may run: "read_only" (a tool without side effects), "auto"
+    (the effective mode is auto), "user" (a person approved it, once or
+    always), or "preview" (do nothing; answer with the diff a write_file or
+    edit_file would make, status "preview"). The runner enforces its host's own
+    policy on top (OMNIGENT_TOOL_POLICY): a side-effecting call under "auto"
+    on a host that is not auto, or any side-effecting call on a deny host, is
+    refused (status "refused"). Runs under the turn's id: one thing at a time
+    per turn, and `Cancel(turn_id)` stops it (status "cancelled").
+    """
+
+    kind: ClassVar[str] = "tool.start"
+    turn_id: str
+    session_id: str
+    attempt: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+    approval: str
+    timeout_s: float
+    workspace: str | None = None
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class ToolResult(Frame):
+    """Runner -> server: a tool call's end. `output` is what the model sees: capped,
+    secrets redacted, with a note when it was cut. Output streamed before it came as
+    `session.tool.output` turn events.
+
+    status: "completed" (ran; a non-zero exit is still completed, see `exit_code`),
+    "error" (bad arguments, a path outside the workspace, a failed edit: the model is
+    told why), "timeout", "cancelled", "refused" (the host's policy), "preview".
+    """
+
+    kind: ClassVar[str] = "tool.result"
+    turn_id: str
+    call_id: str
+    status: str
+    output: str
+    exit_code: int | None = None
+
+
+TOOL_STATUSES = frozenset({"completed", "error", "timeout", "cancelled", "refused", "preview"})
 
 
 @dataclass(frozen=True)
@@ -147,6 +205,9 @@ class HostHello(Frame):
     workspace_roots: list[str] = dataclasses.field(default_factory=list)
     runners: list[str] = dataclasses.field(default_factory=list)
     capacity: int = 0
+    # the most this host lets its runners' tools do (`omnigent host --permissions`):
+    # the effective mode of a session placed here is never above it
+    permissions: str = "ask"
 
 
 @dataclass(frozen=True)
@@ -251,7 +312,7 @@ class KillRunner(Frame):
 FRAME_TYPES: dict[str, type[Frame]] = {
     cls.kind: cls
     for cls in (
-        Hello, HelloAck, TurnStart, TurnEvent, TurnCompleted, TurnFailed, Cancel, Ping, Pong,
+        Hello, HelloAck, TurnStart, TurnEvent, TurnCompleted, TurnFailed, ToolStart, ToolResult, Cancel, Ping, Pong,
         HostHello, HostHelloAck, RunnerCredential, RunnerLaunched, RunnerExited, RunnerOnline, LaunchRunner,
         LaunchResult, KillRunner,
     )
@@ -348,4 +409,4 @@ def _describe(hint: Any) -> str:
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
-__all__ = ["FRAME_TYPES", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Frame", "decode", "encode"]
+__all__ = ["FRAME_TYPES", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "TOOL_STATUSES", "Frame", "decode", "encode"]
