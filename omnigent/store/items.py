@@ -29,8 +29,10 @@ class ItemsMixin(Tables):
         response_id: str | None,
         status: str | None,
         output_indexed: bool,
+        first_index: int = 0,
     ) -> list[dict]:
-        # Caller holds the write transaction.
+        # Caller holds the write transaction. `first_index`: a turn's later steps continue
+        # the output slots of its earlier ones (store/steps.py).
         row = self.conn.execute("SELECT next_position, title FROM conversations WHERE id = ?", [conv_id]).fetchone()
         if row is None:
             raise NotFoundError(f"conversation {conv_id!r} not found")
@@ -53,7 +55,7 @@ class ItemsMixin(Tables):
                         conv_id,
                         turn_id,
                         wire["response_id"],
-                        index if output_indexed else None,
+                        first_index + index if output_indexed else None,
                         position,
                         wire["type"],
                         wire["status"],
