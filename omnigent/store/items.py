@@ -73,6 +73,12 @@ class ItemsMixin(Tables):
         )
         return stored
 
+    def _next_output_index(self, conv_id: str, turn_id: str) -> int:
+        # the turn's next output slot: after the items of its earlier steps (store/steps.py)
+        return self._scalar(
+            "SELECT COALESCE(MAX(output_index) + 1, 0) FROM conversation_items WHERE conversation_id = ? "
+            "AND turn_id = ?", [conv_id, turn_id])
+
     def append_item(
         self,
         conv_id: str,
@@ -98,6 +104,7 @@ class ItemsMixin(Tables):
         """Persist a turn's output once: False (and nothing written) if it already was.
 
         A late or duplicate completion from a dead attempt is thereby ignored.
+        The items take the turn's output slots after those its steps stored.
         """
         with self._write():
             self._require_conversation(conv_id)
@@ -110,7 +117,8 @@ class ItemsMixin(Tables):
                 return False
             if items:
                 self._insert_items(
-                    conv_id, list(items), turn_id=turn_id, response_id=response_id, status=None, output_indexed=True
+                    conv_id, list(items), turn_id=turn_id, response_id=response_id, status=None, output_indexed=True,
+                    first_index=self._next_output_index(conv_id, turn_id),
                 )
         return True
 

@@ -85,11 +85,6 @@ class StepsMixin(Tables):
         status = self._scalar("SELECT status FROM turn_steps WHERE turn_id = ? AND step = ?", [turn_id, step])
         return status in _UNDER_WAY
 
-    def _next_output_index(self, conv_id: str, turn_id: str) -> int:
-        return self._scalar(
-            "SELECT COALESCE(MAX(output_index) + 1, 0) FROM conversation_items WHERE conversation_id = ? "
-            "AND turn_id = ?", [conv_id, turn_id])
-
     def finish_model_step(self, conv_id: str, turn_id: str, step: int, items: list[dict],
                           response_id: str | None, usage: dict | None) -> bool:
         """Once: the step 'completed', its items appended, its usage added to the turn's.

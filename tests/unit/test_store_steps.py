@@ -249,3 +249,15 @@ def test_permission_mode_of_a_session(store: Store):
         store.update_conversation(conv["id"], permission_mode="yolo")
     with pytest.raises(ValueError):
         store.create_conversation(agent_id=None, permission_mode="always")
+
+
+def test_a_turn_output_after_steps_takes_the_next_slots(store: Store, turn: dict):
+    cid, tid = turn["conversation_id"], turn["id"]
+    store.begin_step(cid, tid, 0, "model")
+    store.finish_model_step(cid, tid, 0, [call("c1")], None, None)
+    store.finish_tool_step(cid, tid, 1, "c1", "out", "completed")
+    assert store.append_turn_output(cid, tid, [text("the end")], "resp_x") is True
+    slots = [r[0] for r in store.conn.execute(
+        "SELECT output_index FROM conversation_items WHERE turn_id = ? ORDER BY position", [tid])]
+    assert slots == [0, 1, 2]
+    assert store.get_turn(tid)["output_persisted"] is True
