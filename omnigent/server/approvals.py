@@ -3,8 +3,9 @@
 - `POST /v1/sessions/{id}/events {"type": "approval", "data": {approval_id, decision}}`
   (routed here by conversation.py): the first answer wins; a later one is 409
   `already_resolved`, an unknown id 404, a decision other than allow, deny or
-  always 400. The answer and its `session.approval.resolved` event commit
-  together; then the turn's loop is woken (`TurnService.approval_answered`).
+  always 400. Once the answer is stored the turn's loop is woken
+  (`TurnService.approval_answered`, which publishes `session.approval.resolved`);
+  a server without that hook publishes the event with the answer itself.
 - `GET /v1/sessions/{id}/approvals?status=pending`: the session's approvals.
 - `GET /v1/sessions/{id}/permissions`: its "always" rules;
   `DELETE /v1/sessions/{id}/permissions/{rule_id}` revokes one.
@@ -44,16 +45,18 @@ async def answer(state: ServerState, session_id: str, data: Any) -> tuple[dict[s
     approval = state.store.get_approval(approval_id)
     if approval is None or approval["conversation_id"] != session_id:
         raise not_found("Approval")
-    with state.hub.transaction(session_id) as tx:  # the answer and its event commit together
+    # the loop's wake-up (TurnService.approval_answered), which also publishes the resolution;
+    # without one (no agent loop in this server) the answer and its event commit together here
+    answered = getattr(state.turns, "approval_answered", None)
+    with state.hub.transaction(session_id) as tx:
         resolved = state.store.resolve_approval(approval_id, decision, by)
-        if resolved is not None:
+        if resolved is not None and answered is None:
             tx.publish(ev.APPROVAL_RESOLVED, turn_id=resolved["turn_id"], approval_id=approval_id,
                        call_id=resolved["call_id"] or "", decision=decision, by=by)
     if resolved is None:
         current = state.store.get_approval(approval_id) or approval
         raise ApiError("already_resolved", f"approval {approval_id} is already {current['status']}"
                                            + (f" ({current['decision']})" if current.get("decision") else ""))
-    answered = getattr(state.turns, "approval_answered", None)  # the loop's wake-up (server/agent_loop.py)
     if answered is not None and inspect.isawaitable(woken := answered(session_id, approval_id)):
         await woken
     return {"approval_id": approval_id, "decision": decision, "status": resolved["status"]}, 200

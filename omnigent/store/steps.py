@@ -150,19 +150,16 @@ class StepsMixin(Tables):
                 [status, error, self._clock(), turn_id, step]).rowcount)
 
     def set_step_waiting(self, turn_id: str, step: int, waiting: bool) -> bool:
-        """A step (and its turn) waits for an approval, or no longer does: 'running' <-> 'waiting'.
+        """A step under way waits (for an answer, for a runner to run it), or runs: 'running' <-> 'waiting'.
 
-        The turn's status says 'waiting' while one of its steps waits, so a
-        listing shows where it is. False if the step was not in the other state.
+        Only the step changes: the turn's own status is the loop's to set.
+        False if the step was not in the other state.
         """
         new, old = ("waiting", "running") if waiting else ("running", "waiting")
         with self._write():
-            changed = self.db.execute(
+            return bool(self.db.execute(
                 "UPDATE turn_steps SET status = ? WHERE turn_id = ? AND step = ? AND status = ?",
-                [new, turn_id, step, old]).rowcount
-            if changed:
-                self.db.execute("UPDATE turns SET status = ? WHERE id = ? AND status = ?", [new, turn_id, old])
-        return bool(changed)
+                [new, turn_id, step, old]).rowcount)
 
     def session_usage(self, conv_id: str) -> dict:
         """Usage summed over the session's turns: {input_tokens, output_tokens, total_tokens, turns}.

@@ -61,7 +61,7 @@ def pending(server, session: dict, tool: str = "shell", target: str = "make clea
 
 async def test_the_first_answer_wins_and_wakes_the_loop(server, client, session):
     woken = []
-    server.state.turns.approval_answered = lambda sid, aid: woken.append((sid, aid))
+    server.state.turns.approval_answered = lambda sid, aid: woken.append((sid, aid))  # it publishes, here not
     approval = pending(server, session)
     assert [a["id"] for a in await client.sessions.approvals(session["id"], status="pending")] == [approval["id"]]
     after = server.store.last_event_seq(session["id"])
@@ -77,16 +77,20 @@ async def test_the_first_answer_wins_and_wakes_the_loop(server, client, session)
     assert await client.sessions.approvals(session["id"], status="pending") == []
     [listed] = await client.sessions.approvals(session["id"])
     assert (listed["status"], listed["decided_by"]) == ("allowed", "client")
+    assert server.store.read_events(session["id"], after) == []  # the hook's to publish
 
+
+async def test_answers_work_without_a_loop_to_wake(server, client, session, monkeypatch):
+    monkeypatch.setattr(server.state.turns, "approval_answered", None, raising=False)  # a server without the hook
+    approval = pending(server, session)
+    after = server.store.last_event_seq(session["id"])
+    assert (await client.sessions.approve(session["id"], approval["id"], "allow"))["status"] == "allowed"
     [event] = server.store.read_events(session["id"], after)
     assert event["type"] == "session.approval.resolved"
     assert {k: event[k] for k in ("turn_id", "approval_id", "call_id", "decision", "by")} == {
         "turn_id": "turn_x", "approval_id": approval["id"], "call_id": "call_1", "decision": "allow", "by": "client"}
 
 
-async def test_answers_work_without_a_loop_to_wake(server, client, session):
-    approval = pending(server, session)
-    assert (await client.sessions.approve(session["id"], approval["id"], "deny"))["status"] == "denied"
 
 
 async def test_bad_answers_are_4xx_json(server, client, session, bundle):

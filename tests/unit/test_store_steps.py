@@ -175,29 +175,37 @@ def test_add_usage_tolerates_odd_shapes():
     assert add_usage({"a": "text"}, {"a": 4}) == {"a": 4}
 
 
-def test_waiting_moves_the_step_and_its_turn(store: Store, turn: dict):
+def test_waiting_moves_the_step_only(store: Store, turn: dict):
     cid, tid = turn["conversation_id"], turn["id"]
     store.start_turn(tid, "runner_a")
     store.begin_step(cid, tid, 1, "tool", call_id="c1", tool="shell")
     assert store.set_step_waiting(tid, 1, True) is True
     assert store.set_step_waiting(tid, 1, True) is False
     row = store.get_turn(tid)
-    assert (row["status"], row["step"]["status"]) == ("waiting", "waiting")
-    # a waiting turn keeps the session busy, and is open: it can be finished
-    _, later = store.queue_message(cid, user("next"))
-    assert store.get_item(cid, later["input_item_id"]) is None  # pending behind the waiting turn
+    assert (row["status"], row["step"]["status"]) == ("running", "waiting")
     assert store.set_step_waiting(tid, 1, False) is True
-    assert store.get_turn(tid)["status"] == "running"
+    assert store.get_step(tid, 1)["status"] == "running"
     store.set_step_waiting(tid, 1, True)
     assert store.finish_tool_step(cid, tid, 1, "c1", "cancelled", "cancelled") is True  # finishes a waiting step
+    assert store.set_step_waiting(tid, 1, False) is False
+
+
+def test_a_waiting_turn_is_busy_and_open(store: Store, turn: dict):
+    """0008 allows turns.status 'waiting' (the loop may set it): the store treats it as under way."""
+    cid, tid = turn["conversation_id"], turn["id"]
+    store.start_turn(tid, "runner_a")
+    with store._write():
+        store.conn.execute("UPDATE turns SET status = 'waiting' WHERE id = ?", [tid])
+    _, later = store.queue_message(cid, user("next"))
+    assert store.get_item(cid, later["input_item_id"]) is None  # pending behind the waiting turn
     assert store.finish_turn(tid, "cancelled")["status"] == "cancelled"
 
 
 def test_waiting_turns_of_a_dead_process_are_found(store: Store, turn: dict):
     cid, tid = turn["conversation_id"], turn["id"]
     store.start_turn(tid, "runner_a", owner_pid=999_999)
-    store.begin_step(cid, tid, 1, "tool", call_id="c1")
-    store.set_step_waiting(tid, 1, True)
+    with store._write():
+        store.conn.execute("UPDATE turns SET status = 'waiting' WHERE id = ?", [tid])
     taken = store.take_over_orphaned_turns(lambda pid: False, owner_pid=os.getpid())
     assert [(t["id"], t["status"]) for t in taken] == [(tid, "waiting")]
     assert store.running_own_turn(cid, os.getpid())["id"] == tid
