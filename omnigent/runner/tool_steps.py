@@ -199,12 +199,15 @@ async def run_tool_step(
     output = _Output(start, emit)
     ctx = tools.ToolContext(workspace=start.workspace, timeout_s=start.timeout_s, env=tools.scrub_env(environ),
                             secrets=tools.secret_values(environ), on_output=output.add, captured=captured)
+    failure: Exception | None = None
     await slots.enter()
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(output.flusher)
             try:
                 outcome = await tools.run_tool(start.name, start.arguments, ctx)
+            except Exception as exc:  # raised as itself below, not inside the nursery's group
+                failure = exc
             finally:
                 with trio.CancelScope(shield=True):  # what was printed goes out before the result
                     with trio.move_on_after(1):
@@ -212,6 +215,8 @@ async def run_tool_step(
             nursery.cancel_scope.cancel()
     finally:
         await slots.exit()
+    if failure is not None:
+        raise failure
     return ToolResult(start.turn_id, start.call_id, outcome.status, outcome.output, outcome.exit_code)
 
 
