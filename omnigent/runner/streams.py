@@ -253,8 +253,9 @@ class _ToolCalls:
 
     A call's first delta carries its id and name, later ones pieces of its
     arguments (some servers repeat the id or send everything at once); the
-    items come out in index order. A server that sends no id gets one made up,
-    so every call can be answered."""
+    items come out in index order. A server that sends no id gets one made up
+    (9 letters and digits, which every template accepts), so every call can be
+    answered."""
 
     def __init__(self) -> None:
         self._calls: dict[int, dict[str, Any]] = {}
@@ -276,7 +277,8 @@ class _ToolCalls:
         out = []
         for index in sorted(self._calls):
             call = self._calls[index]
-            call_id = call["id"] or f"call_{uuid.uuid4().hex}"
+            # 9 letters and digits: what strict templates (Mistral's) require of a call id
+            call_id = call["id"] or uuid.uuid4().hex[:9]
             out.append({"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": call["name"],
                         "arguments": "".join(call["arguments"]) or "{}", "status": "completed"})
         return out

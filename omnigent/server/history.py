@@ -32,6 +32,12 @@ The rules (the same for every harness and for items stored by any release):
   tools ran or were marked) gets a synthetic output, "not run: the turn
   failed", right after its step's calls; an output whose call is not sent is
   left out. Both APIs refuse a history that breaks either rule.
+- **A turn that ended on tool results is closed.** When a user message
+  follows a `function_call_output` (the turn failed, was cancelled or hit
+  `max_steps` after its tools ran), a short assistant message saying so
+  goes between them, `{"type": "message", "role": "assistant", "content":
+  NO_ANSWER}`: templates that check alternation (llama.cpp's Mistral ones)
+  skip tool messages and would otherwise see two user turns in a row.
 - A `function_call_output` is omnigent's own item: it goes as
   `{type, call_id, output}` only. Its stored status (`interrupted`,
   `cancelled`, `not_run`) is not an API status; its output text says it.
@@ -52,6 +58,7 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 NOT_RUN_FAILED = "not run: the turn failed"
+NO_ANSWER = "(no answer: the turn ended after these tool results)"
 
 
 def build_history(items: Iterable[dict[str, Any]], input_item_id: str | None,
@@ -75,7 +82,7 @@ def build_history(items: Iterable[dict[str, Any]], input_item_id: str | None,
                 break
             if item.get("turn_id", turn_id) == turn_id:
                 upto.append(item)
-    return answered(well_formed(clean_item(item) for item in upto))
+    return closed(answered(well_formed(clean_item(item) for item in upto)))
 
 
 def clean_item(item: dict[str, Any]) -> dict[str, Any] | None:
@@ -113,6 +120,16 @@ def answered(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if kind == "function_call" and item.get("call_id") not in outputs:
             unanswered.append(item.get("call_id"))
     out.extend(_synthetic(call_id) for call_id in unanswered)
+    return out
+
+
+def closed(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An assistant message between tool results and a user message that follows them directly."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if _is_user(item) and out and out[-1].get("type") == "function_call_output":
+            out.append({"type": "message", "role": "assistant", "content": NO_ANSWER})
+        out.append(item)
     return out
 
 

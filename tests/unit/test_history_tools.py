@@ -10,7 +10,7 @@ provider.
 from __future__ import annotations
 
 from omnigent.runner.wire import chat_messages
-from omnigent.server.history import NOT_RUN_FAILED, build_history
+from omnigent.server.history import NO_ANSWER, NOT_RUN_FAILED, build_history
 
 from .test_history import answer, user
 
@@ -58,9 +58,18 @@ def test_an_unanswered_call_gets_a_synthetic_output_after_its_steps_calls():
     items = [user("q1", "u1"), call("a", "turn_0"), call("b", "turn_0"), user("q2", "u2")]
     history = build_history(items, "u2")
     assert kinds(history) == ["user", "function_call", "function_call", "function_call_output",
-                              "function_call_output", "user"]
+                              "function_call_output", "assistant", "user"]
     assert [(i["call_id"], i["output"]) for i in history[3:5]] == [("a", NOT_RUN_FAILED), ("b", NOT_RUN_FAILED)]
     assert history[0]["content"][0]["text"] == "q1"  # answered by the calls: not merged into q2
+    # the turn is closed before the next user message (alternation-checking templates skip tool turns)
+    assert history[5] == {"type": "message", "role": "assistant", "content": NO_ANSWER}
+
+
+def test_a_turn_that_answered_after_its_tools_needs_no_closing():
+    items = [user("q1", "u1"), call("a", "turn_0"), output("a", turn_id="turn_0"),
+             {**answer("done", "msg_d"), "turn_id": "turn_0"}, user("q2", "u2")]
+    assert kinds(build_history(items, "u2")) == ["user", "function_call", "function_call_output", "assistant",
+                                                 "user"]
 
 
 def test_only_the_missing_outputs_are_made_up():
@@ -92,5 +101,6 @@ def test_a_synthesised_history_converts_to_valid_chat():
         {"role": "assistant", "content": "Let me check.", "tool_calls": [
             {"id": "a", "type": "function", "function": {"name": "shell", "arguments": '{"command": "ls"}'}}]},
         {"role": "tool", "tool_call_id": "a", "content": NOT_RUN_FAILED},
+        {"role": "assistant", "content": NO_ANSWER},
         {"role": "user", "content": "q2"},
     ]

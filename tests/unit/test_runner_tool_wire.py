@@ -229,7 +229,7 @@ async def test_chat_tool_calls_without_text_or_ids(raw_llm):
     fake, client = raw_llm(sse(chunks, done=True))
     result = await harness.chat(client, turn("openai-chat"), Recorder())
     [call] = result.output
-    assert call["call_id"].startswith("call_") and call["id"] == f"fc_{call['call_id']}"
+    assert len(call["call_id"]) == 9 and call["call_id"].isalnum() and call["id"] == f"fc_{call['call_id']}"
     assert (call["name"], call["arguments"]) == ("list_dir", "{}")
 
 
