@@ -12,12 +12,8 @@ That holds for what comes in from now on (the CLI's files, clients'
 uploads); specs stored by earlier releases are read leniently by
 `AgentSpec.from_dict`, their unknown keys ignored and logged once.
 
-What an agent may do is part of its spec too: `tools` (names among
-`TOOL_NAMES`, none by default), `permissions` (ask | auto | deny, default
-ask), `max_steps` (model steps per turn, default 50) and `tool_timeout`
-(seconds, or a mapping `{default: 120, shell: 300}`), each at the top level
-or under `executor:`. A stored spec with tools this release does not know
-keeps loading without them (logged once), like its unknown keys.
+What an agent may do (`tools`, `permissions`, `max_steps`, `tool_timeout`)
+is part of its spec too; `actions.py` checks those keys.
 
 Credentials stay as written: `${VAR}` references in `executor.auth` are checked
 but not expanded here, so values from the environment never reach the store or
@@ -27,15 +23,14 @@ process that calls the model.
 
 from __future__ import annotations
 
-import difflib
-import logging
-import math
 import os
 import re
 from dataclasses import dataclass, field
 
 import yaml
 
+from . import actions
+from .actions import DEFAULT_MAX_STEPS, DEFAULT_PERMISSIONS, DEFAULT_TOOL_TIMEOUT
 from .keys import unknown_keys
 
 HARNESSES = ("openai-agents", "openai-chat")
@@ -44,13 +39,6 @@ DEFAULT_HARNESS = "openai-agents"
 # harness nor model; a file without a model is an error unless --model is given.
 DEFAULT_MODEL = "gpt-4o-mini"
 AUTH_TYPES = ("api_key",)
-# The built-in tools, in the order the docs list them (omnigent.tools.policy holds the same
-# tuple; kept here too so loading a spec imports nothing of the tools package).
-TOOL_NAMES = ("shell", "read_file", "write_file", "edit_file", "list_dir", "grep")
-PERMISSIONS = ("ask", "auto", "deny")
-DEFAULT_PERMISSIONS = "ask"
-DEFAULT_MAX_STEPS = 50
-DEFAULT_TOOL_TIMEOUT = 120
 
 
 MAX_BYTES = 16 * 1024 * 1024  # one spec file, and a whole unpacked bundle
@@ -61,11 +49,6 @@ _PROMPT_KEYS = ("prompt", "instructions")
 _ENV_FALLBACK = {"api_key": "OPENAI_API_KEY", "base_url": "OPENAI_BASE_URL"}
 _MAX_VALUES = 100_000  # counts alias reuse too: stops "billion laughs" documents
 _MAX_DEPTH = 64
-_MAX_STEPS_BOUND = 10_000
-_MAX_TIMEOUT = 24 * 3600.0
-
-_log = logging.getLogger("omnigent.agents")
-_logged_tools: set[tuple[str, str]] = set()
 
 
 class SpecError(Exception):
@@ -226,11 +209,10 @@ def build_spec(
         eff_model = _nonempty(model, source, "--model")
     effort = _effort(doc, executor, source)
     auth = _auth(executor.get("auth"), source)
-    tools = _lenient(strict, source, lambda: _tools(doc, executor, source, strict), ())
-    permissions = _lenient(strict, source, lambda: _permissions(doc, executor, source), DEFAULT_PERMISSIONS)
-    max_steps = _lenient(strict, source, lambda: _max_steps(doc, executor, source), DEFAULT_MAX_STEPS)
-    tool_timeouts = _lenient(strict, source, lambda: _tool_timeouts(doc, executor, source),
-                             {"default": DEFAULT_TOOL_TIMEOUT})
+    try:
+        may = actions.read(doc, executor, source, strict=strict)
+    except actions.Bad as exc:
+        raise SpecError(source, exc.problem, exc.where) from None
     if eff_model is None:
         if strict:
             raise SpecError(source, "'executor.model' is missing (name the model to use, or pass --model)")
@@ -255,10 +237,10 @@ def build_spec(
         reasoning_effort=effort,
         source=source,
         raw=raw,
-        tools=tools,
-        permissions=permissions,
-        max_steps=max_steps,
-        tool_timeouts=tool_timeouts,
+        tools=may.tools,
+        permissions=may.permissions,
+        max_steps=may.max_steps,
+        tool_timeouts=may.tool_timeouts,
     )
 
 
@@ -272,127 +254,6 @@ def _effort(doc: dict, executor: dict, source: str) -> str | None:
         raise SpecError(source, f"'reasoning_effort' ({top!r}) and 'executor.reasoning_effort' ({inner!r}) "
                                 "disagree; keep one")
     return top if top is not None else inner
-
-
-def _either(doc: dict, executor: dict, key: str, source: str, check) -> tuple[object, str | None]:
-    """A key that may sit at the top level or under `executor:`: its checked value and where it was.
-
-    Both given is fine when they agree (an effective document written back
-    may hold both), an error otherwise."""
-    found = [(where, check(value, where)) for where, value in ((key, doc.get(key)),
-             (f"executor.{key}", executor.get(key))) if value is not None]
-    if len(found) == 2 and found[0][1] != found[1][1]:
-        raise SpecError(source, f"{key!r} and 'executor.{key}' disagree; keep one")
-    if not found:
-        return None, None
-    where, value = found[0]
-    return value, where
-
-
-def _tools(doc: dict, executor: dict, source: str, strict: bool) -> tuple[str, ...]:
-    """The tools named, checked against TOOL_NAMES; a stored spec's unknown ones are dropped (logged once)."""
-
-    def check(value: object, where: str) -> tuple[str, ...]:
-        if not isinstance(value, list):
-            raise SpecError(source, f"must be a list of tool names (known: {', '.join(TOOL_NAMES)}), "
-                                    f"got {_kind(value)}", where)
-        names: list[str] = []
-        for i, name in enumerate(value):
-            if not isinstance(name, str) or name not in TOOL_NAMES:
-                if not strict:
-                    _log_dropped_tool(source, f"{where}[{i}]", name)
-                    continue
-                if not isinstance(name, str):
-                    raise SpecError(source, f"must be a tool name, got {_kind(name)}", f"{where}[{i}]")
-                near = difflib.get_close_matches(name, TOOL_NAMES, n=1, cutoff=0.6)
-                hint = f"did you mean {near[0]!r}? " if near else ""
-                raise SpecError(source, f"unknown tool {name!r} ({hint}known: {', '.join(TOOL_NAMES)})",
-                                f"{where}[{i}]")
-            if name in names:
-                if strict:
-                    raise SpecError(source, f"{name!r} is listed twice", f"{where}[{i}]")
-                continue
-            names.append(name)
-        return tuple(names)
-
-    value, _ = _either(doc, executor, "tools", source, check)
-    return value or ()
-
-
-def _lenient(strict: bool, source: str, read, default):
-    """`read()`; for a stored spec (not strict) a bad value is logged once and the default used,
-    so a spec stored by another release keeps serving turns (with the safe defaults)."""
-    if strict:
-        return read()
-    try:
-        return read()
-    except SpecError as exc:
-        _log_once(source, exc.field or "", f"{exc.problem}; the default is used (stored by another release)")
-        return default
-
-
-def _log_dropped_tool(source: str, where: str, name: object) -> None:
-    _log_once(source, f"{where}", f"unknown tool {name!r}, ignored (stored by another release)")
-
-
-def _log_once(source: str, where: str, text: str) -> None:
-    key = (source, f"{where}: {text}")
-    if key not in _logged_tools:
-        _logged_tools.add(key)
-        _log.warning("%s: %s%s", source, f"{where}: " if where else "", text)
-
-
-def _permissions(doc: dict, executor: dict, source: str) -> str:
-    def check(value: object, where: str) -> str:
-        if not isinstance(value, str):
-            raise SpecError(source, f"must be one of {', '.join(PERMISSIONS)}, got {_kind(value)}", where)
-        mode = value.strip().lower()
-        if mode not in PERMISSIONS:
-            raise SpecError(source, f"unknown permission mode {value!r} (known: {', '.join(PERMISSIONS)})", where)
-        return mode
-
-    value, _ = _either(doc, executor, "permissions", source, check)
-    return value or DEFAULT_PERMISSIONS
-
-
-def _max_steps(doc: dict, executor: dict, source: str) -> int:
-    def check(value: object, where: str) -> int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise SpecError(source, f"must be a whole number of model steps, got {_kind(value)}", where)
-        if not 1 <= value <= _MAX_STEPS_BOUND:
-            raise SpecError(source, f"must be between 1 and {_MAX_STEPS_BOUND} (got {value})", where)
-        return value
-
-    value, _ = _either(doc, executor, "max_steps", source, check)
-    return DEFAULT_MAX_STEPS if value is None else value
-
-
-def _tool_timeouts(doc: dict, executor: dict, source: str) -> dict:
-    """`{name: seconds}` with "default" always there: from a number (the default) or a mapping."""
-
-    def seconds(value: object, where: str) -> int | float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise SpecError(source, f"must be a number of seconds, got {_kind(value)}", where)
-        if not (math.isfinite(value) and 0 < value <= _MAX_TIMEOUT):
-            raise SpecError(source, f"must be more than 0 and at most {_MAX_TIMEOUT:.0f} seconds (got {value})",
-                            where)
-        return value
-
-    def check(value: object, where: str) -> dict:
-        if not isinstance(value, dict):
-            return {"default": seconds(value, where)}
-        out = {"default": DEFAULT_TOOL_TIMEOUT}
-        for key, v in value.items():
-            if key != "default" and key not in TOOL_NAMES:
-                near = difflib.get_close_matches(key, ("default",) + TOOL_NAMES, n=1, cutoff=0.6)
-                hint = f"did you mean {near[0]!r}? " if near else ""
-                raise SpecError(source, f"unknown key ({hint}known: default, {', '.join(TOOL_NAMES)})",
-                                f"{where}.{key}")
-            out[key] = seconds(v, f"{where}.{key}")
-        return out
-
-    value, _ = _either(doc, executor, "tool_timeout", source, check)
-    return value or {"default": DEFAULT_TOOL_TIMEOUT}
 
 
 def _harness(value: object, source: str, where: str) -> str:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
 
 import trio
 
@@ -220,12 +219,6 @@ async def run_tool_step(
     return ToolResult(start.turn_id, start.call_id, outcome.status, outcome.output, outcome.exit_code)
 
 
-def secrets_of(environ: Mapping[str, str]) -> list[str]:
-    from omnigent.tools import secret_values
-
-    return secret_values(environ)
-
-
 def _keep(text: str) -> str:
     if len(text) <= CANCELLED_KEEP:
         return text
@@ -233,5 +226,4 @@ def _keep(text: str) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} bytes cut ...]\n{text[-half:]}"
 
 
-__all__ = ["ToolSlots", "cancelled_result", "crashed_result", "host_policy", "refusal", "run_tool_step",
-           "secrets_of"]
+__all__ = ["ToolSlots", "cancelled_result", "crashed_result", "host_policy", "refusal", "run_tool_step"]

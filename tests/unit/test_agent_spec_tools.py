@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from omnigent.agents import AgentSpec, SpecError, load_spec
-from omnigent.agents.spec import TOOL_NAMES
+from omnigent.agents.actions import TOOL_NAMES
 
 HEAD = "name: a\nprompt: x\nexecutor:\n  model: m\n"
 

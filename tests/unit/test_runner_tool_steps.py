@@ -146,7 +146,7 @@ def test_an_unknown_host_policy_is_deny():
 
 
 def test_the_runners_tool_names_are_the_tools_packages():
-    from omnigent.agents.spec import TOOL_NAMES
+    from omnigent.agents.actions import TOOL_NAMES
 
     assert tool_steps.SIDE_EFFECTING == policy.SIDE_EFFECTING
     assert TOOL_NAMES == policy.TOOL_NAMES
