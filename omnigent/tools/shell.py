@@ -65,9 +65,19 @@ class _Output:
         if len(self.tail) > SHELL_KEEP_TAIL + self.pad:
             del self.tail[: len(self.tail) - SHELL_KEEP_TAIL - self.pad]
         ready = self._redact(self._pending + data)
-        cut = len(ready) - self.pad if self.pad else len(ready)
-        ready, self._pending = ready[:max(cut, 0)], ready[max(cut, 0):]
+        hold = self._held(ready)
+        ready, self._pending = ready[:len(ready) - hold], ready[len(ready) - hold:]
         return self._decoder.decode(ready)
+
+    def _held(self, data: bytes) -> int:
+        """How many trailing bytes could be the start of a secret: those wait for the next chunk."""
+        best = 0
+        for secret in self.secrets:
+            for k in range(min(len(secret) - 1, len(data)), best, -1):
+                if data.endswith(secret[:k]):
+                    best = k
+                    break
+        return best
 
     def flush(self) -> str:
         ready, self._pending = self._redact(self._pending), b""
