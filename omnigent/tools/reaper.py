@@ -57,9 +57,12 @@ def _prctl(option: int, arg: int) -> bool:
         return False
 
 
-def become_subreaper() -> bool:
-    """Make orphaned descendants of this process its children (Linux 3.4+); False where unsupported."""
-    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+def become_subreaper(on: bool = True) -> bool:
+    """Make orphaned descendants of this process its children (Linux 3.4+); False where unsupported.
+
+    `on=False` clears the flag again (a process that hosted a pool only for a while).
+    """
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0)
 
 
 def die_with_parent(parent: int) -> None:
