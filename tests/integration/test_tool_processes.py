@@ -23,37 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tool_owner import kinds as _kinds
+from tests.support.tool_owner import markers_alive as _markers_alive
+
 OWNER = Path(__file__).resolve().parents[1] / "support" / "tool_owner.py"
 _numbers = itertools.count(int(time.time() * 1000) % 100000 * 100)
-
-
-def _kinds(marker: str) -> dict[str, str]:
-    sleep = f"sleep 300.{marker}"
-    return {
-        "background": f"{sleep}1 &",
-        "nohup": f"nohup {sleep}2 >/dev/null 2>&1 &",
-        "setsid": f"setsid {sleep}3 >/dev/null 2>&1 </dev/null &",
-        "double_fork": f"( ( exec {sleep}4 >/dev/null 2>&1 ) & ) ;",
-        "daemon": f"setsid bash -c '{sleep}5 >/dev/null 2>&1 & ' </dev/null >/dev/null 2>&1 &",
-        "ignores_term": f"( trap '' TERM; exec {sleep}6 >/dev/null 2>&1 ) &",
-    }
-
-
-def _markers_alive(marker: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z" and any(a.startswith(f"300.{marker}".encode()) for a in argv):
-            found.append(int(name))
-    return found
 
 
 def _wait_gone(marker: str, within: float) -> list[int]:

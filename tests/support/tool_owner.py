@@ -27,6 +27,37 @@ from omnigent.tools import ToolContext, run_tool, scrub_env, secret_values  # no
 from omnigent.tools.reaper import become_subreaper, orphaned_tools, sweep_orphans  # noqa: E402
 
 
+def kinds(marker: str) -> dict[str, str]:
+    """Shell snippets that each leave one child running `sleep 300.<marker><digit>` behind."""
+    sleep = f"sleep 300.{marker}"
+    return {
+        "background": f"{sleep}1 &",
+        "nohup": f"nohup {sleep}2 >/dev/null 2>&1 &",
+        "setsid": f"setsid {sleep}3 >/dev/null 2>&1 </dev/null &",
+        "double_fork": f"( ( exec {sleep}4 >/dev/null 2>&1 ) & ) ;",
+        "daemon": f"setsid bash -c '{sleep}5 >/dev/null 2>&1 & ' </dev/null >/dev/null 2>&1 &",
+        "ignores_term": f"( trap '' TERM; exec {sleep}6 >/dev/null 2>&1 ) &",
+    }
+
+
+def markers_alive(marker: str) -> list[int]:
+    """Pids of live (not zombie) processes with an argument starting `300.<marker>`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != b"Z" and any(a.startswith(f"300.{marker}".encode()) for a in argv):
+            found.append(int(name))
+    return found
+
+
 def say(line: str) -> None:
     print(line, flush=True)
 
