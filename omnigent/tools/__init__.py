@@ -16,6 +16,7 @@ or did not.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,7 +86,7 @@ async def run_tool(name: str, arguments: str, ctx: ToolContext) -> ToolOutcome:
             from .shell import run_shell  # the runner imports tools at start; shell pulls in subprocess
             command = files._string(args, "command")
             status, output, code = await run_shell(
-                command, workspace=ctx.workspace, env=dict(ctx.env), timeout_s=_timeout(args, ctx.timeout_s),
+                command, workspace=ctx.workspace, env=scrub_env(ctx.env), timeout_s=_timeout(args, ctx.timeout_s),
                 secrets=ctx.secrets, captured=ctx.captured, on_output=ctx.on_output)
             return ToolOutcome(status, output, code)
         output = await _in_thread(_FILE_TOOLS[name], Workspace(ctx.workspace), args, name)
@@ -110,13 +111,17 @@ async def _in_thread(tool: Callable, ws: Workspace, args: dict, name: str) -> st
         stop.set()
 
 
-async def preview(name: str, arguments: str, workspace: str) -> str:
-    """The unified diff write_file or edit_file would make ("" if none, or if the call would fail)."""
+async def preview(name: str, arguments: str, workspace: str, *, secrets: Sequence[str] | None = None) -> str:
+    """The unified diff write_file or edit_file would make ("" if none, or if the call would fail).
+
+    Redacted like tool output: `secrets` defaults to this process's own (`secret_values(os.environ)`).
+    """
     if name not in ("write_file", "edit_file"):
         return ""
     try:
         args = _parse(name, arguments)
-        return await trio.to_thread.run_sync(files.preview, Workspace(workspace), name, args,
+        diff = await trio.to_thread.run_sync(files.preview, Workspace(workspace), name, args,
                                              abandon_on_cancel=True)
     except (files.ToolError, PathError):
         return ""
+    return redact(diff, secret_values(os.environ) if secrets is None else secrets)

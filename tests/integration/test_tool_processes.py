@@ -40,9 +40,9 @@ def _wait_gone(marker: str, within: float) -> list[int]:
 class _Owner:
     """A tool_owner.py process and its output lines, read with deadlines."""
 
-    def __init__(self, role: str, workspace: Path, mode: str, command: str) -> None:
+    def __init__(self, role: str, workspace: Path, mode: str, command: str, env: dict | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, str(OWNER), role, str(workspace), mode, command],
-                                     stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                                     stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
         self.lines: list[str] = []
         self._buffer = b""
 
@@ -188,3 +188,22 @@ async def test_a_long_tool_is_not_killed_when_a_worker_thread_idles_out(tmp_path
     ctx = ToolContext(str(tmp_path), 60.0, dict(os.environ), [])
     outcome = await run_tool("shell", json.dumps({"command": "sleep 12; echo survived"}), ctx)
     assert outcome.output == "survived\nexit code: 0"
+
+
+def test_the_tool_sees_no_credential_of_its_runner(tmp_path):
+    """`env` and `cat /proc/$PPID/environ` (the runner's own environment) show no secret value."""
+    secrets = {"OMNIGENT_RUNNER_TOKEN": "rt-" + "a1b2c3d4" * 4, "OPENAI_API_KEY": "sk-" + "e5f6a7b8" * 4,
+               "OMNIGENT_HOST_SECRET": "hs-" + "c9d0e1f2" * 4, "GITHUB_TOKEN": "ghp_" + "1a2b3c4d" * 4}
+    (tmp_path / "leak.txt").write_text(secrets["GITHUB_TOKEN"])
+    command = ("env; echo ---; tr '\\0' '\\n' < /proc/$PPID/environ; echo ---; cat leak.txt; echo; echo ready")
+    runner = _Owner("runner", tmp_path, "end", command, env={**os.environ, **secrets})
+    try:
+        status, output = json.loads(runner.expect("OUTCOME").split(" ", 1)[1])
+        assert status == "completed"
+        assert "OMNIGENT_RUNNER_TOKEN=[redacted]" in output  # the parent's environ was read ...
+        for name, value in secrets.items():
+            assert value not in output                       # ... and no value got through
+            assert f"\n{name}=" not in output.split("---")[0]  # the tool's own env has none of them
+        assert output.split("---")[2].split() == ["[redacted]", "ready", "exit", "code:", "0"]
+    finally:
+        runner.close()
