@@ -21,12 +21,12 @@ from .definitions import definitions
 from .environment import redact, scrub_env, secret_values
 
 if TYPE_CHECKING:
-    from .calls import ToolContext, ToolOutcome, preview, run_tool
+    from .calls import ToolContext, ToolOutcome, preview, run_tool, running_tool_pids
 
 __all__ = ["ToolContext", "ToolOutcome", "definitions", "preview", "redact", "run_tool",
-           "scrub_env", "secret_values"]
+           "running_tool_pids", "scrub_env", "secret_values"]
 
-_LAZY = frozenset({"ToolContext", "ToolOutcome", "preview", "run_tool"})
+_LAZY = frozenset({"ToolContext", "ToolOutcome", "preview", "run_tool", "running_tool_pids"})
 
 
 def __getattr__(name: str) -> object:

@@ -20,7 +20,7 @@ from .environment import redact, scrub_env, secret_values
 from .files import ToolError
 from .paths import PathError, Workspace
 from .policy import TOOL_NAMES
-from .shell import run_shell
+from .shell import run_shell, running_tool_pids  # noqa: F401  (re-exported by the package)
 
 MAX_CALL_TIMEOUT = 600.0  # a call may ask for longer than the agent's default, up to this (or the default)
 

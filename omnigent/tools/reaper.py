@@ -8,9 +8,9 @@ How a tool's processes end, case by case:
   group is killed (`cmd &`, `nohup cmd &` stay in that group).
 - What left the group (`setsid cmd &`, a double fork into a new session)
   is reparented, once its parent exits, to the nearest *subreaper* above it:
-  the runner calls `become_subreaper()` at start and `sweep_orphans(keep=<pids
-  of tools still running>)` after each tool and at exit, which SIGKILLs every
-  child it did not start itself.
+  the runner calls `become_subreaper()` at start and
+  `sweep_orphans(keep=running_tool_pids())` after each tool and at exit,
+  which SIGKILLs every child but the bashes of calls still running.
 - When the runner is SIGKILLed, its orphans go up to the host's pool
   process, also a subreaper, which sweeps after every runner exit. That sweep
   is narrowed (`select=`) to processes whose environment carries

@@ -37,6 +37,13 @@ KILL_GRACE = 1.0           # SIGTERM, then this long, then SIGKILL
 DRAIN_AFTER_EXIT = 0.2     # output still in the pipe once the bash has exited
 REDACTED = b"[redacted]"
 
+_running: set[int] = set()  # pids of the bashes of shell calls in progress in this process
+
+
+def running_tool_pids() -> frozenset[int]:
+    """The bash pids of the shell calls running now: the `keep` of the runner's sweep."""
+    return frozenset(_running)
+
 
 class _Output:
     """Collects the combined output: a head, a tail, a count of what was cut; redacts bytes."""
@@ -112,6 +119,7 @@ class _Bash:
 
     def __init__(self, popen: subprocess.Popen) -> None:
         self.popen = popen
+        _running.add(popen.pid)
         try:
             self.pidfd: int | None = os.pidfd_open(popen.pid)
         except (AttributeError, OSError):
@@ -151,6 +159,7 @@ class _Bash:
         self.reap()
 
     def close(self) -> None:
+        _running.discard(self.popen.pid)
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None

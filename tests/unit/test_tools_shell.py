@@ -117,3 +117,21 @@ async def test_background_jobs_of_the_group_do_not_hold_the_call(tmp_path):
     with trio.fail_after(5):
         out, _ = await shell(tmp_path, "sleep 30 & echo started")
     assert out.output == "started\nexit code: 0"
+
+
+async def test_running_tool_pids_is_the_keep_of_a_sweep(tmp_path):
+    from omnigent.tools import running_tool_pids
+
+    started = trio.Event()
+
+    async def on_output(text: str) -> None:
+        started.set()
+
+    ctx = context(tmp_path, on_output=on_output)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_tool, "shell", json.dumps({"command": "echo go; exec sleep 30"}), ctx)
+        await started.wait()
+        [pid] = running_tool_pids()
+        assert os.getpgid(pid) == pid  # its own group: what a sweep with keep= spares
+        nursery.cancel_scope.cancel()
+    assert running_tool_pids() == frozenset()
