@@ -74,7 +74,12 @@ async def run_tool(name: str, arguments: str, ctx: ToolContext) -> ToolOutcome:
                 command, workspace=ctx.workspace, env=scrub_env(ctx.env), timeout_s=_timeout(args, ctx.timeout_s),
                 secrets=ctx.secrets, captured=ctx.captured, on_output=ctx.on_output)
             return ToolOutcome(status, output, code)
-        output = await _in_thread(name, Workspace(ctx.workspace), args)
+        with trio.move_on_after(ctx.timeout_s) as timer:  # a grep of a huge tree, a slow disk
+            output = await _in_thread(name, Workspace(ctx.workspace), args)
+        if timer.cancelled_caught:
+            output = f"{name} timed out after {ctx.timeout_s:g} s"
+            ctx.captured.append(output)
+            return ToolOutcome("timeout", output)
     except (ToolError, PathError) as exc:
         output = redact(str(exc), ctx.secrets)
         ctx.captured.append(output)
