@@ -121,10 +121,15 @@ def tool_owner(pid: int) -> int | None:
 
 
 def orphaned_tools(alive: Collection[int]) -> Callable[[int], bool]:
-    """A `select` for the host's sweep: tool processes whose runner is not in `alive`."""
+    """A `select` for the host's sweep: tool processes whose runner is not in `alive`.
+
+    Tools this very process runs itself are left alone: they are its own calls'.
+    """
+    me = os.getpid()
+
     def select(pid: int) -> bool:
         owner = tool_owner(pid)
-        return owner is not None and owner not in alive
+        return owner is not None and owner not in alive and owner != me
     return select
 
 

@@ -139,12 +139,18 @@ def test_the_sweep_leaves_children_it_must_keep(tmp_path):
     mine = subprocess.Popen(["sleep", "30"], env={**os.environ, "OMNIGENT_TOOL_OWNER": str(os.getpid())})
     try:
         assert sweep_orphans(keep=(), select=orphaned_tools(alive={os.getpid()})) == []
-        assert sweep_orphans(keep={keep.pid, mine.pid}) == []
         assert keep.poll() is None and mine.poll() is None
+        # `keep` wins over `select` (an unnarrowed sweep would take this test process's other children)
+        ours = {keep.pid, mine.pid}
+        assert sweep_orphans(keep={keep.pid}, select=ours.__contains__) == [mine.pid]
+        assert keep.poll() is None and not Path(f"/proc/{mine.pid}").exists()
     finally:
         for proc in (keep, mine):
-            proc.kill()
-            proc.wait()
+            try:
+                proc.kill()
+                proc.wait()
+            except (ProcessLookupError, ChildProcessError):
+                pass
 
 
 def test_the_markers_do_outlive_a_plain_bash(tmp_path):
