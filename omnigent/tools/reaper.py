@@ -44,16 +44,19 @@ PR_SET_CHILD_SUBREAPER = 36
 OWNER_VAR = "OMNIGENT_TOOL_OWNER"
 SWEEP_BOUND = 2.0
 
-_libc = None
+try:  # loaded here, not in a forked child (die_with_parent runs between fork and exec)
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _libc = None
 
 
 def _prctl(option: int, arg: int) -> bool:
-    global _libc
+    if _libc is None:
+        return False
     try:
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        return _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) == 0
-    except (OSError, AttributeError):
+        return _libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                           ctypes.c_ulong(0)) == 0
+    except AttributeError:  # a libc without prctl
         return False
 
 
