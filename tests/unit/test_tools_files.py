@@ -291,6 +291,8 @@ async def test_preview_is_the_diff_and_changes_nothing(ws):
     assert await preview("edit_file", json.dumps({"path": "p.txt", "old_string": "zzz", "new_string": "2"}), str(ws)) == ""
     assert await preview("shell", "{}", str(ws)) == ""
     assert await preview("write_file", json.dumps({"path": "../x", "content": ""}), str(ws)) == ""
+    (ws / "to-dir").symlink_to(ws.parent / "outside")  # the write would be refused: no diff either
+    assert await preview("write_file", json.dumps({"path": "to-dir/x", "content": "a"}), str(ws)) == ""
 
 
 # --- list_dir / grep --------------------------------------------------------------------------------
