@@ -30,6 +30,14 @@ OWNER = Path(__file__).resolve().parents[1] / "support" / "tool_owner.py"
 _numbers = itertools.count(int(time.time() * 1000) % 100000 * 100)
 
 
+def _wait_started(marker: str, count: int, within: float = 10.0) -> None:
+    """Until `count` marked processes run: "ready" is printed before the last ones exec."""
+    deadline = time.monotonic() + within
+    while len(_markers_alive(marker)) < count:
+        assert time.monotonic() < deadline, f"only {_markers_alive(marker)} of {count} started"
+        time.sleep(0.005)
+
+
 def _wait_gone(marker: str, within: float) -> list[int]:
     deadline = time.monotonic() + within
     while (alive := _markers_alive(marker)) and time.monotonic() < deadline:
@@ -105,7 +113,7 @@ def _run_case(tmp_path: Path, case: str, spawn: str) -> None:
             owners.append(host)
             runner_pid = int(host.expect("RUNNER").split()[1])
             host.expect("READY")
-            assert _markers_alive(marker)  # the children really started
+            _wait_started(marker, command.count("sleep 300."))  # the children really started
             os.kill(runner_pid, signal.SIGKILL)
             host.expect("SWEPT")
         assert _wait_gone(marker, 2.0) == []
@@ -174,7 +182,7 @@ def test_the_bash_dies_with_its_runner_even_without_a_sweep(tmp_path):
     try:
         pid = int(runner.expect("RUNNER").split()[1])
         runner.expect("READY")
-        assert _markers_alive(marker)
+        _wait_started(marker, 1)
         os.kill(pid, signal.SIGKILL)
         assert _wait_gone(marker, 2.0) == []
     finally:
