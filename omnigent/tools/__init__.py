@@ -15,108 +15,24 @@ or did not.
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import trio
-
-from . import files, search
 from .definitions import definitions
 from .environment import redact, scrub_env, secret_values
-from .paths import PathError, Workspace
-from .policy import TOOL_NAMES
+
+if TYPE_CHECKING:
+    from .calls import ToolContext, ToolOutcome, preview, run_tool, running_tool_pids
 
 __all__ = ["ToolContext", "ToolOutcome", "definitions", "preview", "redact", "run_tool",
-           "scrub_env", "secret_values"]
+           "running_tool_pids", "scrub_env", "secret_values"]
 
-MAX_CALL_TIMEOUT = 600.0  # a call may ask for longer than the agent's default, up to this (or the default)
-
-
-@dataclass
-class ToolContext:
-    workspace: str                       # absolute, the session's workspace
-    timeout_s: float
-    env: Mapping[str, str]               # already scrubbed (scrub_env)
-    secrets: Sequence[str]               # values to redact from output
-    on_output: Callable[[str], Awaitable[None]] | None = None   # streamed chunks (already redacted)
-    captured: list[str] = field(default_factory=list)           # every chunk so far, for a cancel
+_LAZY = frozenset({"ToolContext", "ToolOutcome", "preview", "run_tool", "running_tool_pids"})
 
 
-@dataclass(frozen=True)
-class ToolOutcome:
-    status: str          # as ToolResult: completed | error | timeout (cancelled is raised, not returned)
-    output: str
-    exit_code: int | None = None
-
-
-_FILE_TOOLS = {"read_file": files.read_file, "write_file": files.write_file, "edit_file": files.edit_file,
-               "list_dir": files.list_dir, "grep": search.grep}
-
-
-def _parse(name: str, arguments: str) -> dict:
-    try:
-        args = json.loads(arguments or "{}")
-    except (TypeError, ValueError) as exc:
-        raise files.ToolError(f"the arguments of {name} are not valid JSON: {exc}") from None
-    if not isinstance(args, dict):
-        raise files.ToolError(f"the arguments of {name} must be a JSON object")
-    return args
-
-
-def _timeout(args: dict, default: float) -> float:
-    value = args.get("timeout_s")
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise files.ToolError("timeout_s must be a positive number of seconds")
-    return min(float(value), max(default, MAX_CALL_TIMEOUT))
-
-
-async def run_tool(name: str, arguments: str, ctx: ToolContext) -> ToolOutcome:
-    """Run one call; see the module docstring. On trio.Cancelled the tool is stopped and
-    Cancelled goes out; `ctx.captured` then holds the output so far."""
-    try:
-        if name not in TOOL_NAMES:
-            raise files.ToolError(f"unknown tool {name!r}; the tools are: {', '.join(TOOL_NAMES)}")
-        args = _parse(name, arguments)
-        if name == "shell":
-            from .shell import run_shell  # the runner imports tools at start; shell pulls in subprocess
-            command = files._string(args, "command")
-            status, output, code = await run_shell(
-                command, workspace=ctx.workspace, env=dict(ctx.env), timeout_s=_timeout(args, ctx.timeout_s),
-                secrets=ctx.secrets, captured=ctx.captured, on_output=ctx.on_output)
-            return ToolOutcome(status, output, code)
-        output = await _in_thread(_FILE_TOOLS[name], Workspace(ctx.workspace), args, name)
-    except (files.ToolError, PathError) as exc:
-        output = redact(str(exc), ctx.secrets)
-        ctx.captured.append(output)
-        return ToolOutcome("error", output)
-    output = redact(output, ctx.secrets)
-    ctx.captured.append(output)
-    return ToolOutcome("completed", output)
-
-
-async def _in_thread(tool: Callable, ws: Workspace, args: dict, name: str) -> str:
-    if name in ("write_file", "edit_file"):
-        return await trio.to_thread.run_sync(tool, ws, args)
-    stop = threading.Event()  # grep checks it between files, so an abandoned walk ends soon
-    try:
-        if name == "grep":
-            return await trio.to_thread.run_sync(lambda: tool(ws, args, stop=stop), abandon_on_cancel=True)
-        return await trio.to_thread.run_sync(tool, ws, args, abandon_on_cancel=True)
-    finally:
-        stop.set()
-
-
-async def preview(name: str, arguments: str, workspace: str) -> str:
-    """The unified diff write_file or edit_file would make ("" if none, or if the call would fail)."""
-    if name not in ("write_file", "edit_file"):
-        return ""
-    try:
-        args = _parse(name, arguments)
-        return await trio.to_thread.run_sync(files.preview, Workspace(workspace), name, args,
-                                             abandon_on_cancel=True)
-    except (files.ToolError, PathError):
-        return ""
+def __getattr__(name: str) -> object:
+    # trio and the tools themselves load on first use: importing `omnigent.tools.policy`
+    # (which runs this file) stays cheap for the server and the CLI
+    if name in _LAZY:
+        from . import calls
+        return getattr(calls, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,7 +35,8 @@ _TOOLS: dict[str, dict] = {
             "confined to the workspace: it runs as the user and can reach anything the user can. "
             "stdin is empty; stdout and stderr are combined. Output over 64 KiB is cut to its first "
             "and last 32 KiB (the cut is marked). The exit code is reported on the last line. "
-            "The command is killed, with everything it started, when it exceeds its timeout."),
+            "Anything it leaves running in the background is killed when it ends, and everything "
+            "it started is killed when it exceeds its timeout."),
         "parameters": _object({
             "command": {"type": "string", "description": "The bash command line to run."},
             "timeout_s": {"type": "number", "description": "Seconds before the command is killed (default: the agent's tool timeout)."},

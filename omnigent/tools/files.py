@@ -13,7 +13,7 @@ import secrets
 import stat
 
 from .definitions import LIST_MAX_ENTRIES, READ_MAX_BYTES, READ_MAX_LINES, WRITE_MAX_BYTES
-from .paths import PathError, Workspace, display, relative_parts
+from .paths import MissingPath, PathError, Workspace, display, relative_parts
 
 BINARY_SNIFF = 8192
 DIFF_MAX_BYTES = 64 * 1024
@@ -233,7 +233,7 @@ def preview(ws: Workspace, name: str, args: dict) -> str:
         try:
             with ws.directory(parts[:-1]) as dir_fd:
                 old = _read_current(ws, dir_fd, parts[-1], display(parts)) or b""
-        except PathError:
+        except MissingPath:
             old = b""  # the directories do not exist yet: all of it is new
     elif name == "edit_file":
         parts = relative_parts(ws.given, _string(args, "path"))

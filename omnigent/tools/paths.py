@@ -33,6 +33,10 @@ class PathError(Exception):
     """A path the model gave cannot be used; the message is one line for the model."""
 
 
+class MissingPath(PathError):
+    """A component of the path does not exist (yet)."""
+
+
 def relative_parts(workspace: str, path: str) -> list[str]:
     """The components of `path` below the workspace root ([] for the root itself)."""
     if not isinstance(path, str):
@@ -66,7 +70,7 @@ def _explain(dir_fd: int, name: str, shown: str, error: OSError) -> PathError:
     if st is not None and stat.S_ISLNK(st.st_mode):
         return PathError(f"{shown}: is a symbolic link; file tools do not follow symlinks")
     if error.errno == errno.ENOENT:
-        return PathError(f"{shown}: no such file or directory")
+        return MissingPath(f"{shown}: no such file or directory")
     if error.errno == errno.ENOTDIR:
         return PathError(f"{shown}: not a directory")
     if error.errno == errno.EACCES:

@@ -8,9 +8,9 @@ How a tool's processes end, case by case:
   group is killed (`cmd &`, `nohup cmd &` stay in that group).
 - What left the group (`setsid cmd &`, a double fork into a new session)
   is reparented, once its parent exits, to the nearest *subreaper* above it:
-  the runner calls `become_subreaper()` at start and `sweep_orphans(keep=<pids
-  of tools still running>)` after each tool and at exit, which SIGKILLs every
-  child it did not start itself.
+  the runner calls `become_subreaper()` at start and
+  `sweep_orphans(keep=running_tool_pids())` after each tool and at exit,
+  which SIGKILLs every child but the bashes of calls still running.
 - When the runner is SIGKILLed, its orphans go up to the host's pool
   process, also a subreaper, which sweeps after every runner exit. That sweep
   is narrowed (`select=`) to processes whose environment carries
@@ -44,22 +44,28 @@ PR_SET_CHILD_SUBREAPER = 36
 OWNER_VAR = "OMNIGENT_TOOL_OWNER"
 SWEEP_BOUND = 2.0
 
-_libc = None
+try:  # loaded here, not in a forked child (die_with_parent runs between fork and exec)
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _libc = None
 
 
 def _prctl(option: int, arg: int) -> bool:
-    global _libc
+    if _libc is None:
+        return False
     try:
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        return _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) == 0
-    except (OSError, AttributeError):
+        return _libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                           ctypes.c_ulong(0)) == 0
+    except AttributeError:  # a libc without prctl
         return False
 
 
-def become_subreaper() -> bool:
-    """Make orphaned descendants of this process its children (Linux 3.4+); False where unsupported."""
-    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+def become_subreaper(on: bool = True) -> bool:
+    """Make orphaned descendants of this process its children (Linux 3.4+); False where unsupported.
+
+    `on=False` clears the flag again (a process that hosted a pool only for a while).
+    """
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0)
 
 
 def die_with_parent(parent: int) -> None:
@@ -118,10 +124,15 @@ def tool_owner(pid: int) -> int | None:
 
 
 def orphaned_tools(alive: Collection[int]) -> Callable[[int], bool]:
-    """A `select` for the host's sweep: tool processes whose runner is not in `alive`."""
+    """A `select` for the host's sweep: tool processes whose runner is not in `alive`.
+
+    Tools this very process runs itself are left alone: they are its own calls'.
+    """
+    me = os.getpid()
+
     def select(pid: int) -> bool:
         owner = tool_owner(pid)
-        return owner is not None and owner not in alive
+        return owner is not None and owner not in alive and owner != me
     return select
 
 

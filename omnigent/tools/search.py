@@ -72,6 +72,8 @@ class _Search:
             os.close(fd)
 
     def walk(self, dir_fd: int, prefix: list[str], rel: list[str]) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise _Done
         check_inside(dir_fd, self.ws.real, display(prefix))
         with os.scandir(dir_fd) as it:
             entries = sorted(it, key=lambda e: e.name)

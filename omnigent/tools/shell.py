@@ -8,7 +8,9 @@ which forks in a worker thread: the parent-death signal fires when the
 forking *thread* ends, and trio's idle worker threads do end.
 
 When the bash exits, what is left of its group (`cmd &`, `nohup cmd &`) is
-killed: a tool call is over when its command is. Processes that left the
+killed: a tool call is over when its command is. The exit is noticed with a
+pidfd and `waitid(WNOWAIT)`, and the bash reaped only after the group kill,
+so the group id cannot have been reused by then. Processes that left the
 group are the runner's sweep's (see `reaper`). On a timeout or a cancel the
 group gets SIGTERM, one second, then SIGKILL.
 
@@ -34,6 +36,13 @@ STREAM_MAX = 1024 * 1024   # streamed live at most; the kept output is capped an
 KILL_GRACE = 1.0           # SIGTERM, then this long, then SIGKILL
 DRAIN_AFTER_EXIT = 0.2     # output still in the pipe once the bash has exited
 REDACTED = b"[redacted]"
+
+_running: set[int] = set()  # pids of the bashes of shell calls in progress in this process
+
+
+def running_tool_pids() -> frozenset[int]:
+    """The bash pids of the shell calls running now: the `keep` of the runner's sweep."""
+    return frozenset(_running)
 
 
 class _Output:
@@ -65,9 +74,19 @@ class _Output:
         if len(self.tail) > SHELL_KEEP_TAIL + self.pad:
             del self.tail[: len(self.tail) - SHELL_KEEP_TAIL - self.pad]
         ready = self._redact(self._pending + data)
-        cut = len(ready) - self.pad if self.pad else len(ready)
-        ready, self._pending = ready[:max(cut, 0)], ready[max(cut, 0):]
+        hold = self._held(ready)
+        ready, self._pending = ready[:len(ready) - hold], ready[len(ready) - hold:]
         return self._decoder.decode(ready)
+
+    def _held(self, data: bytes) -> int:
+        """How many trailing bytes could be the start of a secret: those wait for the next chunk."""
+        best = 0
+        for secret in self.secrets:
+            for k in range(min(len(secret) - 1, len(data)), best, -1):
+                if data.endswith(secret[:k]):
+                    best = k
+                    break
+        return best
 
     def flush(self) -> str:
         ready, self._pending = self._redact(self._pending), b""
@@ -94,31 +113,56 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-async def _exited(popen: subprocess.Popen) -> None:
-    """Wait until the bash exits (pidfd where there is one, else a short poll), then reap it."""
-    try:
-        pidfd = os.pidfd_open(popen.pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    try:
-        while popen.poll() is None:
-            if pidfd is not None:
-                await trio.lowlevel.wait_readable(pidfd)
+class _Bash:
+    """The bash process: exit is noticed without reaping it, so its pid (the group's id) stays
+    reserved until the group has been killed; only then is it reaped."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.popen = popen
+        _running.add(popen.pid)
+        try:
+            self.pidfd: int | None = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None  # no pidfd (old kernel): poll
+
+    def has_exited(self) -> bool:
+        if self.popen.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    async def exited(self) -> None:
+        while not self.has_exited():
+            if self.pidfd is not None:
+                await trio.lowlevel.wait_readable(self.pidfd)
             else:
                 await trio.sleep(0.02)
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
 
+    def kill_group(self, sig: int) -> None:
+        if self.popen.returncode is None:  # reaped: the group id may belong to someone else now
+            _kill_group(self.popen.pid, sig)
 
-async def _stop(popen: subprocess.Popen) -> None:
-    """TERM the group, give it a second, KILL it; reap the bash. Bounded (about 1 s)."""
-    _kill_group(popen.pid, signal.SIGTERM)
-    with trio.move_on_after(KILL_GRACE):
-        await _exited(popen)
-    _kill_group(popen.pid, signal.SIGKILL)
-    with trio.move_on_after(1.0):
-        await _exited(popen)
+    def reap(self) -> None:
+        if self.has_exited():
+            self.popen.wait()
+
+    async def stop(self) -> None:
+        """TERM the group, give it a second, KILL it; reap the bash. Bounded (about 2 s)."""
+        self.kill_group(signal.SIGTERM)
+        with trio.move_on_after(KILL_GRACE):
+            await self.exited()
+        self.kill_group(signal.SIGKILL)
+        with trio.move_on_after(1.0):
+            await self.exited()
+        self.reap()
+
+    def close(self) -> None:
+        _running.discard(self.popen.pid)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 def describe_exit(code: int) -> str:
@@ -158,15 +202,16 @@ async def run_shell(command: str, *, workspace: str, env: dict[str, str], timeou
     except OSError as exc:
         return "error", f"cannot start bash: {exc.strerror or exc}", None
     stream = trio.lowlevel.FdStream(read_fd)
+    bash = _Bash(popen)
 
     async def emit(text: str) -> None:
-        if not text:
+        if not text or out.streamed >= STREAM_MAX:  # past that, only the final head and tail count
             return
+        out.streamed += len(text)
+        if out.streamed >= STREAM_MAX:
+            text += "\n[... live output stops here; the result keeps the first and last 32 KiB ...]\n"
         captured.append(text)
-        if on_output is not None and out.streamed < STREAM_MAX:
-            out.streamed += len(text)
-            if out.streamed >= STREAM_MAX:
-                text += "\n[... live output stops here; the result keeps the first and last 32 KiB ...]\n"
+        if on_output is not None:
             await on_output(text)
 
     eof = trio.Event()
@@ -182,12 +227,13 @@ async def run_shell(command: str, *, workspace: str, env: dict[str, str], timeou
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump)
             with trio.move_on_after(timeout_s) as timer:
-                await _exited(popen)
+                await bash.exited()
             if timer.cancelled_caught:
                 status = "timeout"
-                await _stop(popen)
+                await bash.stop()
             else:
-                _kill_group(popen.pid, signal.SIGKILL)  # what the command left running in its group
+                bash.kill_group(signal.SIGKILL)  # what the command left running in its group
+                bash.reap()
             with trio.move_on_after(DRAIN_AFTER_EXIT):  # a setsid orphan may hold the pipe open
                 await eof.wait()
             nursery.cancel_scope.cancel()
@@ -197,8 +243,9 @@ async def run_shell(command: str, *, workspace: str, env: dict[str, str], timeou
         stream.close()
         if not finished:  # cancelled, or on_output failed: nothing of the command may stay
             with trio.CancelScope(shield=True):
-                await _stop(popen)
+                await bash.stop()
             captured[:] = [out.text()]
+        bash.close()
     text = out.text()
     code = popen.returncode
     if status == "timeout":

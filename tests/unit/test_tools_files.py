@@ -291,6 +291,8 @@ async def test_preview_is_the_diff_and_changes_nothing(ws):
     assert await preview("edit_file", json.dumps({"path": "p.txt", "old_string": "zzz", "new_string": "2"}), str(ws)) == ""
     assert await preview("shell", "{}", str(ws)) == ""
     assert await preview("write_file", json.dumps({"path": "../x", "content": ""}), str(ws)) == ""
+    (ws / "to-dir").symlink_to(ws.parent / "outside")  # the write would be refused: no diff either
+    assert await preview("write_file", json.dumps({"path": "to-dir/x", "content": "a"}), str(ws)) == ""
 
 
 # --- list_dir / grep --------------------------------------------------------------------------------
@@ -340,3 +342,21 @@ async def test_grep_caps_at_500_matches(ws):
     (ws / "m.txt").write_text("hit\n" * 700)
     out = (await call(ws, "grep", pattern="hit")).output
     assert out.count("m.txt:") == 500 and out.endswith("[stopped at 500 matches; narrow the pattern, the path or the glob]")
+
+
+async def test_a_read_only_tool_that_takes_too_long_times_out(ws, monkeypatch):
+    import time as _time
+
+    from omnigent.tools import search
+
+    real_file = search._Search.file
+
+    def slow_file(self, *args):
+        _time.sleep(0.05)
+        return real_file(self, *args)
+
+    monkeypatch.setattr(search._Search, "file", slow_file)
+    for i in range(100):
+        (ws / f"f{i}").write_text("x\n")
+    out = await run_tool("grep", json.dumps({"pattern": "x"}), ToolContext(str(ws), 0.2, {}, []))
+    assert out.status == "timeout" and out.output == "grep timed out after 0.2 s"
