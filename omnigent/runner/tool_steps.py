@@ -41,8 +41,6 @@ Emit = Callable[[Frame], Awaitable[None]]
 
 POLICY_ENV = "OMNIGENT_TOOL_POLICY"
 POLICIES = ("deny", "ask", "auto")
-# Must match omnigent.tools.policy.SIDE_EFFECTING (a unit test checks).
-SIDE_EFFECTING = frozenset({"shell", "write_file", "edit_file"})
 APPROVALS = ("read_only", "auto", "user", "preview")
 
 FLUSH_INTERVAL = 0.1        # at most one output event per this many seconds...
@@ -62,6 +60,8 @@ def host_policy(environ: Mapping[str, str]) -> str:
 
 def refusal(start: ToolStart, policy: str) -> str | None:
     """Why the host refuses this call (one line), or None when it may run."""
+    from omnigent.tools.policy import SIDE_EFFECTING  # at the first tool step, not at start-up
+
     if start.approval not in APPROVALS:
         return f"not run: unknown approval {start.approval!r}"
     if start.approval == "preview" or start.name not in SIDE_EFFECTING:
@@ -135,9 +135,11 @@ class ToolSlots:
 
 
 def _sweep_orphans() -> list[int]:
+    from omnigent.tools import running_tool_pids
     from omnigent.tools.reaper import sweep_orphans
 
-    return sweep_orphans(keep=())
+    # Empty whenever this runs (ToolSlots), and no tool starts meanwhile; kept as the guard it is.
+    return sweep_orphans(keep=running_tool_pids())
 
 
 class _Output:
@@ -193,8 +195,8 @@ async def run_tool_step(
     import omnigent.tools as tools
 
     if start.approval == "preview":
-        return ToolResult(start.turn_id, start.call_id, "preview",
-                          await tools.preview(start.name, start.arguments, start.workspace))
+        return ToolResult(start.turn_id, start.call_id, "preview", await tools.preview(
+            start.name, start.arguments, start.workspace, secrets=tools.secret_values(environ)))
     output = _Output(start, emit)
     ctx = tools.ToolContext(workspace=start.workspace, timeout_s=start.timeout_s, env=tools.scrub_env(environ),
                             secrets=tools.secret_values(environ), on_output=output.add, captured=captured)
