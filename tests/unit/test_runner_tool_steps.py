@@ -230,6 +230,22 @@ async def test_preview_answers_the_diff_and_runs_nothing(online, fake_tools):
     result, _ = await h.until(p.ToolResult)
     assert (result.status, result.output) == ("preview", "--- a\n+++ b\n")
     assert fake_tools.calls == [("write_file", '{"path": "a", "content": "b"}', "/w")]
+    h.ws.send(tool_start("write_file", "preview", step=2, workspace=None))
+    result, _ = await h.until(p.ToolResult)
+    assert (result.status, result.output) == ("preview", "")  # never an error: it is still a preview
+
+
+async def test_a_preview_and_the_call_it_previews_are_two_steps_of_one_number(online, fake_tools):
+    # the server asks for the diff, then (approved) runs the same step: the second is not a duplicate
+    fake_tools.release.set()
+    h = await online()
+    h.ws.send(tool_start("write_file", "preview", step=4, arguments='{"path": "a", "content": "b"}'))
+    h.ws.send(tool_start("write_file", "user", step=4, arguments='{"path": "a", "content": "b"}'))
+    first, _ = await h.until(p.ToolResult)
+    second, _ = await h.until(p.ToolResult)
+    assert (first.status, second.status) == ("preview", "completed")
+    assert [c[0] for c in fake_tools.calls] == ["write_file", "write_file"]
+    assert fake_tools.calls[0][2] == "/w" and isinstance(fake_tools.calls[1][2], tools.ToolContext)
 
 
 # --- one step at a time, once --------------------------------------------------
