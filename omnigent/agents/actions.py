@@ -11,8 +11,8 @@ naming the field (`Bad`, turned into a SpecError by spec.py). A spec stored
 by another release (not strict) keeps loading: its unknown tools are
 dropped, a bad value gives the default (the safe one), each logged once.
 
-`TOOL_NAMES` repeats omnigent.tools.policy's tuple (a unit test checks) so
-that loading a spec imports nothing of the tools package.
+The tool names are omnigent.tools.policy's (pure and light: loading a spec
+loads none of the tools themselves).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-TOOL_NAMES = ("shell", "read_file", "write_file", "edit_file", "list_dir", "grep")
+from omnigent.tools.policy import TOOL_NAMES
 PERMISSIONS = ("ask", "auto", "deny")
 DEFAULT_PERMISSIONS = "ask"
 DEFAULT_MAX_STEPS = 50

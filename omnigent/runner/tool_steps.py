@@ -14,8 +14,10 @@ What it guarantees:
 - the tool's environment holds no credential (`scrub_env`), and known secret
   values never reach the output;
 - a cancelled call (Ctrl-C) answers "cancelled" with the output so far (the
-  tools package has killed its process group by then); a cancelled preview
-  answers an empty preview;
+  tools package has killed its process group by then);
+- a preview (`approval == "preview"`) always answers status "preview", an
+  empty diff when it cannot say (cancelled, no workspace, a crash): the
+  server tells it from the same step's real result by that status;
 - at most one output event per 100 ms or per 16 KiB, and all of them before
   the result, in order;
 - orphans are swept once no tool runs any more (`ToolSlots`), never while a
@@ -41,8 +43,6 @@ Emit = Callable[[Frame], Awaitable[None]]
 
 POLICY_ENV = "OMNIGENT_TOOL_POLICY"
 POLICIES = ("deny", "ask", "auto")
-# Must match omnigent.tools.policy.SIDE_EFFECTING (a unit test checks).
-SIDE_EFFECTING = frozenset({"shell", "write_file", "edit_file"})
 APPROVALS = ("read_only", "auto", "user", "preview")
 
 FLUSH_INTERVAL = 0.1        # at most one output event per this many seconds...
@@ -62,6 +62,8 @@ def host_policy(environ: Mapping[str, str]) -> str:
 
 def refusal(start: ToolStart, policy: str) -> str | None:
     """Why the host refuses this call (one line), or None when it may run."""
+    from omnigent.tools.policy import SIDE_EFFECTING  # at the first tool step, not at start-up
+
     if start.approval not in APPROVALS:
         return f"not run: unknown approval {start.approval!r}"
     if start.approval == "preview" or start.name not in SIDE_EFFECTING:
@@ -79,7 +81,7 @@ def refusal(start: ToolStart, policy: str) -> str | None:
 def cancelled_result(start: ToolStart, captured: Sequence[str], secrets: Sequence[str] = ()) -> ToolResult:
     """The end of a call cancelled mid-run: what it had printed, so the model knows what happened."""
     if start.approval == "preview":
-        return ToolResult(start.turn_id, start.call_id, "preview", "")
+        return _no_diff(start)
     text = _keep("".join(captured))
     if secrets:
         from omnigent.tools import redact
@@ -89,6 +91,8 @@ def cancelled_result(start: ToolStart, captured: Sequence[str], secrets: Sequenc
 
 
 def crashed_result(start: ToolStart, exc: BaseException) -> ToolResult:
+    if start.approval == "preview":
+        return _no_diff(start)
     return ToolResult(start.turn_id, start.call_id, "error",
                       one_line(f"the runner failed running {start.name}: {type(exc).__name__}: {exc}"))
 
@@ -135,9 +139,11 @@ class ToolSlots:
 
 
 def _sweep_orphans() -> list[int]:
+    from omnigent.tools import running_tool_pids
     from omnigent.tools.reaper import sweep_orphans
 
-    return sweep_orphans(keep=())
+    # Empty whenever this runs (ToolSlots), and no tool starts meanwhile; kept as the guard it is.
+    return sweep_orphans(keep=running_tool_pids())
 
 
 class _Output:
@@ -185,6 +191,8 @@ async def run_tool_step(
     `captured` is filled with every chunk of output as it comes, so the
     caller can tell the model what ran before a cancel."""
     if start.workspace is None:
+        if start.approval == "preview":
+            return _no_diff(start)
         return ToolResult(start.turn_id, start.call_id, "error", NO_WORKSPACE)
     why = refusal(start, host_policy(environ))
     if why is not None:
@@ -193,8 +201,8 @@ async def run_tool_step(
     import omnigent.tools as tools
 
     if start.approval == "preview":
-        return ToolResult(start.turn_id, start.call_id, "preview",
-                          await tools.preview(start.name, start.arguments, start.workspace))
+        return ToolResult(start.turn_id, start.call_id, "preview", await tools.preview(
+            start.name, start.arguments, start.workspace, secrets=tools.secret_values(environ)))
     output = _Output(start, emit)
     ctx = tools.ToolContext(workspace=start.workspace, timeout_s=start.timeout_s, env=tools.scrub_env(environ),
                             secrets=tools.secret_values(environ), on_output=output.add, captured=captured)
@@ -217,6 +225,11 @@ async def run_tool_step(
     if failure is not None:
         raise failure
     return ToolResult(start.turn_id, start.call_id, outcome.status, outcome.output, outcome.exit_code)
+
+
+def _no_diff(start: ToolStart) -> ToolResult:
+    # a preview always answers as a preview: the server tells it from the call's real result by status
+    return ToolResult(start.turn_id, start.call_id, "preview", "")
 
 
 def _keep(text: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import trio
 
-from protocol import Cancel, Ping, Pong, ToolResult, ToolStart, TurnEvent
+from protocol import Cancel, Ping, Pong, ToolResult, ToolStart, TurnCompleted, TurnEvent, TurnStart
 
 from .test_runner_process import WAIT, TOKEN, llm, online, server, spawn  # noqa: F401  (fixtures)
 
@@ -93,3 +93,30 @@ def _alive(pid: int) -> bool:
         return False
     finally:
         os.sched_yield()
+
+
+async def test_a_model_step_offers_the_tools_returns_the_calls_and_repeats_byte_identically(spawn, server, llm,
+                                                                                             tmp_path):
+    _, http = llm
+    model = "tools-model"
+    call = {"name": "read_file", "arguments": {"path": "notes.txt"}, "call_id": "Ab3dE6gH9"}
+    (await http.post("/mock/configure", json={"key": model, "responses": [
+        {"text": "Looking.", "tool_calls": [call]}, {"text": "Looking.", "tool_calls": [call]}]})).raise_for_status()
+    _, conn = await online(spawn, server)
+    agent = {"name": "t", "instructions": "Read.", "harness": "openai-chat", "model": model, "auth": None,
+             "reasoning_effort": None, "tools": ["read_file", "shell"]}
+    history = [{"role": "user", "content": [{"type": "input_text", "text": "what is in notes.txt?"}]}]
+    step = TurnStart(turn_id="turn_m", session_id="conv_m", attempt=1, agent=agent, input=history, model=model,
+                     step=0, workspace=str(tmp_path))
+    ends = []
+    for attempt in (1, 2):  # the same step again, as after a runner died mid-call (a new attempt)
+        frames = await conn.turn(TurnStart(**{**step.__dict__, "attempt": attempt}))
+        ends.append(frames[-1])
+    for end in ends:
+        assert isinstance(end, TurnCompleted), end
+        assert [i["type"] for i in end.output] == ["message", "function_call"]
+        assert {k: end.output[1][k] for k in ("call_id", "name", "arguments")} == {
+            "call_id": "Ab3dE6gH9", "name": "read_file", "arguments": '{"path": "notes.txt"}'}
+    found = (await http.get("/mock/requests", params={"key": model, "sha256": "1"})).json()
+    assert found["count"] == 2 and found["sha256"][0] == found["sha256"][1]
+    assert [t["function"]["name"] for t in found["requests"][0]["tools"]] == ["shell", "read_file"]  # canonical order

@@ -24,7 +24,6 @@ import protocol as p
 from omnigent.runner import tool_steps
 from omnigent.runner.main import Config, Runner
 from omnigent.runner.tool_steps import FLUSH_BYTES, ToolSlots, refusal
-from omnigent.tools import policy
 
 from .test_runner_reconnect import FakeModel, FakeServer
 
@@ -61,7 +60,8 @@ class FakeTools:
             self.running -= 1
         return tools.ToolOutcome("completed", "".join(ctx.captured) + "exit code: 0", 0)
 
-    async def preview(self, name: str, arguments: str, workspace: str) -> str:
+    async def preview(self, name: str, arguments: str, workspace: str, *, secrets: Any = None) -> str:
+        assert SECRET in secrets
         self.calls.append((name, arguments, workspace))
         return "--- a\n+++ b\n"
 
@@ -143,13 +143,6 @@ def test_an_unknown_host_policy_is_deny():
     assert tool_steps.host_policy({"OMNIGENT_TOOL_POLICY": "yolo"}) == "deny"
     assert tool_steps.host_policy({}) == "ask"
     assert tool_steps.host_policy({"OMNIGENT_TOOL_POLICY": " AUTO "}) == "auto"
-
-
-def test_the_runners_tool_names_are_the_tools_packages():
-    from omnigent.agents.actions import TOOL_NAMES
-
-    assert tool_steps.SIDE_EFFECTING == policy.SIDE_EFFECTING
-    assert TOOL_NAMES == policy.TOOL_NAMES
 
 
 async def test_a_refused_call_is_never_run(online, fake_tools):
@@ -237,6 +230,22 @@ async def test_preview_answers_the_diff_and_runs_nothing(online, fake_tools):
     result, _ = await h.until(p.ToolResult)
     assert (result.status, result.output) == ("preview", "--- a\n+++ b\n")
     assert fake_tools.calls == [("write_file", '{"path": "a", "content": "b"}', "/w")]
+    h.ws.send(tool_start("write_file", "preview", step=2, workspace=None))
+    result, _ = await h.until(p.ToolResult)
+    assert (result.status, result.output) == ("preview", "")  # never an error: it is still a preview
+
+
+async def test_a_preview_and_the_call_it_previews_are_two_steps_of_one_number(online, fake_tools):
+    # the server asks for the diff, then (approved) runs the same step: the second is not a duplicate
+    fake_tools.release.set()
+    h = await online()
+    h.ws.send(tool_start("write_file", "preview", step=4, arguments='{"path": "a", "content": "b"}'))
+    h.ws.send(tool_start("write_file", "user", step=4, arguments='{"path": "a", "content": "b"}'))
+    first, _ = await h.until(p.ToolResult)
+    second, _ = await h.until(p.ToolResult)
+    assert (first.status, second.status) == ("preview", "completed")
+    assert [c[0] for c in fake_tools.calls] == ["write_file", "write_file"]
+    assert fake_tools.calls[0][2] == "/w" and isinstance(fake_tools.calls[1][2], tools.ToolContext)
 
 
 # --- one step at a time, once --------------------------------------------------
