@@ -44,9 +44,6 @@ from omnigent.server.turns import TurnService
 from omnigent.store import Store
 from protocol import events as ev
 from supervisor import Event, RestartPolicy, Supervisor
-from tests.support import steps_shim
-
-steps_shim.install()  # TEMPORARY until store9 is merged
 
 SIGKILL, SIGTERM = int(signal.SIGKILL), int(signal.SIGTERM)
 
@@ -85,6 +82,7 @@ class TurnScript:
     message: str = "the fake model failed"
     # "answer" with calls: the output also holds these function calls, (name, JSON arguments) each
     calls: tuple[tuple[str, str], ...] = ()
+    die_after: bool = False   # "answer": the process dies right after sending its answer
 
 
 @dataclass(frozen=True)
@@ -105,6 +103,7 @@ class ToolScript:
     status: str = "completed"
     partial: str = ""
     returncode: int = -SIGKILL
+    die_after: bool = False   # "result": the process dies right after sending the result
 
 
 @dataclass(frozen=True)
@@ -363,6 +362,9 @@ class FakeRunnerProcess:
             suffix = f"_{start.step}" if start.step else ""  # step 0 keeps the id older tests know
             self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_{turn_id[-6:]}{suffix}", output,
                                        {"total_tokens": 3}))
+            if script.die_after:
+                self._die(script.returncode)
+                return
             if script.action == "duplicate":
                 self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_dup",
                                            [assistant_item(script.duplicate_text)], None))
@@ -417,6 +419,8 @@ class FakeRunnerProcess:
                     stream(script.output)
                 self._running_tools.pop(turn_id, None)
                 self._send(p.ToolResult(turn_id, call_id, script.status, script.output))
+                if script.die_after:
+                    self._die(script.returncode)
             elif script.action == "die":
                 if script.partial:
                     stream(script.partial)
@@ -512,11 +516,18 @@ class Seen(NamedTuple):
         return self.event["type"]
 
 
-def post_message(state: ServerState, session_id: str, text: str) -> dict[str, Any]:
+_NOT_GIVEN: Any = object()
+
+
+def post_message(state: ServerState, session_id: str, text: str,
+                 approval_timeout: float | None = _NOT_GIVEN) -> dict[str, Any]:
     """What `POST /v1/sessions/<id>/events` with a user message does; returns the turn row."""
-    item = state.store.append_item(session_id, {"type": "message", "role": "user",
-                                                "content": [{"type": "input_text", "text": text}]})
-    turn = state.store.create_turn(session_id, item["id"])
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    if approval_timeout is _NOT_GIVEN:
+        item = state.store.append_item(session_id, user)
+        turn = state.store.create_turn(session_id, item["id"])
+    else:
+        item, turn = state.store.queue_message(session_id, user, approval_timeout=approval_timeout)
     state.hub.publish(session_id, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
     state.turns.submit(session_id)
     return turn
@@ -574,15 +585,30 @@ class Harness:
     def processes(self) -> list[FakeRunnerProcess]:
         return self.launcher.processes
 
-    def new_session(self, agent: str = "helper", model: str = "fake-model") -> str:
-        agent_row = self.store.upsert_agent(agent, {"name": agent, "model": model})
-        session_id = self.store.create_conversation(agent_id=agent_row["id"])["id"]
+    def new_session(self, agent: str = "helper", model: str = "fake-model", *, spec: dict | None = None,
+                    workspace: str | None = None, permission_mode: str | None = None) -> str:
+        """A session of agent `agent`; `spec` adds to its spec (tools, permissions, max_steps ...)."""
+        agent_row = self.store.upsert_agent(agent, {"name": agent, "model": model, **(spec or {})})
+        session_id = self.store.create_conversation(agent_id=agent_row["id"], workspace=workspace,
+                                                    permission_mode=permission_mode)["id"]
         watch = self.watches[session_id] = SessionWatch()
         self.nursery.start_soon(watch.run, self.hub, session_id)
         return session_id
 
-    def post(self, session_id: str, text: str) -> dict[str, Any]:
-        return post_message(self.state, session_id, text)
+    def post(self, session_id: str, text: str, approval_timeout: float | None = _NOT_GIVEN) -> dict[str, Any]:
+        return post_message(self.state, session_id, text, approval_timeout)
+
+    def model_steps(self) -> list[tuple[int, int, int]]:
+        """Every TurnStart any runner got: (process index, step, attempt), in order of receipt."""
+        got = [(t, proc.index, start.step, start.attempt) for proc in self.processes
+               for t, start in proc.turns_received]
+        return [g[1:] for g in sorted(got, key=lambda g: g[0])]
+
+    def tool_starts(self, *, previews: bool = False) -> list[tuple[int, int, str, str]]:
+        """Every ToolStart any runner got: (process index, step, tool, approval), in order of receipt."""
+        got = [(t, proc.index, start.step, start.name, start.approval) for proc in self.processes
+               for t, start in proc.tools_received if previews or start.approval != "preview"]
+        return [g[1:] for g in sorted(got, key=lambda g: g[0])]
 
     async def until_terminal(self, session_id: str, turn_id: str) -> list[Seen]:
         return await self.watches[session_id].until_terminal(turn_id)
@@ -626,6 +652,7 @@ async def open_harness(
     rng: random.Random | None = None,
     store_path: str | Path | None = None,
     store_clock: Callable[[], float] | None = None,
+    local_permissions: str | None = None,
 ) -> AsyncIterator[Harness]:
     """The server pieces and a real `Host` over fake runners, in one nursery (ended on exit).
 
@@ -639,6 +666,7 @@ async def open_harness(
         async with trio.open_nursery() as nursery:
             hub = EventHub()
             registry = RunnerRegistry()
+            registry.local_permissions = local_permissions  # None: the session's own mode (a local run)
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
                                 max_attempts=max_attempts)
             state = ServerState(store, hub, registry, turns, "t",
