@@ -92,33 +92,36 @@ class ApprovalWaits:
 
     def __init__(self) -> None:
         self._events: dict[str, trio.Event] = {}
-        self._mine: set[str] = set()  # created in this server's life: waited for again after a runner loss
+        # created in this server's life (waited for again after a runner loss): its deadline on
+        # trio's clock (inf: none)
+        self._deadlines: dict[str, float] = {}
 
-    def created(self, approval_id: str) -> None:
-        self._mine.add(approval_id)
+    def created(self, approval_id: str, timeout: float | None) -> None:
+        self._deadlines[approval_id] = math.inf if timeout is None else trio.current_time() + max(0.0, timeout)
         self._events.setdefault(approval_id, trio.Event())
 
     def is_mine(self, approval_id: str) -> bool:
-        return approval_id in self._mine
+        return approval_id in self._deadlines
 
     def answered(self, approval_id: str) -> None:
         event = self._events.get(approval_id)
         if event is not None:
             event.set()
 
-    async def wait(self, approval_id: str, timeout: float | None) -> bool:
-        """Until answered (True) or `timeout` s passed (False); None waits forever."""
+    async def wait(self, approval_id: str) -> bool:
+        """Until answered (True) or its deadline passed (False)."""
         event = self._events.setdefault(approval_id, trio.Event())
-        if timeout is not None and timeout <= 0:
+        deadline = self._deadlines.get(approval_id, math.inf)
+        if deadline <= trio.current_time():
             return event.is_set()
-        with trio.move_on_after(math.inf if timeout is None else timeout):
+        with trio.move_on_at(deadline):
             await event.wait()
             return True
         return False
 
     def forget(self, approval_id: str) -> None:
         self._events.pop(approval_id, None)
-        self._mine.discard(approval_id)
+        self._deadlines.pop(approval_id, None)
 
 
 class ToolGate:
@@ -190,22 +193,18 @@ class ToolGate:
                 fields["expires_at"] = expires_at
             tx.publish(ev.APPROVAL_REQUESTED, turn_id=t.turn_id, **fields)
             tx.publish(ev.SESSION_STATUS, status="waiting", turn_id=t.turn_id)
-        self.waits.created(approval["id"])
+        self.waits.created(approval["id"], timeout)
         return approval
 
     async def _await_answer(self, t: Any, approval: dict[str, Any]) -> Decision:
         approval_id = approval["id"]
-        self.waits.created(approval_id)  # (one resumed after a runner loss is waited for the same way)
-        timeout = t.approval_timeout
-        if timeout is not None and approval.get("expires_at") is not None:
-            timeout = max(0.0, approval["expires_at"] - self.store._clock())
         t.waiting_for = approval_id
         try:
             with trio.CancelScope() as scope:
                 t.approval_scope = scope
                 if t.cancel_requested:
                     scope.cancel()
-                answered = await self.waits.wait(approval_id, timeout)
+                answered = await self.waits.wait(approval_id)
         finally:
             t.approval_scope = None
             t.waiting_for = None

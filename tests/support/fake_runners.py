@@ -82,7 +82,7 @@ class TurnScript:
     message: str = "the fake model failed"
     # "answer" with calls: the output also holds these function calls, (name, JSON arguments) each
     calls: tuple[tuple[str, str], ...] = ()
-    die_after: bool = False   # "answer": the process dies right after sending its answer
+    die_after: bool = False   # "answer": killed right after sending its answer (see _die_soon)
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class ToolScript:
     status: str = "completed"
     partial: str = ""
     returncode: int = -SIGKILL
-    die_after: bool = False   # "result": the process dies right after sending the result
+    die_after: bool = False   # "result": killed right after sending the result (see _die_soon)
 
 
 @dataclass(frozen=True)
@@ -363,7 +363,7 @@ class FakeRunnerProcess:
             self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_{turn_id[-6:]}{suffix}", output,
                                        {"total_tokens": 3}))
             if script.die_after:
-                self._die(script.returncode)
+                await self._die_soon(script.returncode)
                 return
             if script.action == "duplicate":
                 self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_dup",
@@ -420,7 +420,7 @@ class FakeRunnerProcess:
                 self._running_tools.pop(turn_id, None)
                 self._send(p.ToolResult(turn_id, call_id, script.status, script.output))
                 if script.die_after:
-                    self._die(script.returncode)
+                    await self._die_soon(script.returncode)
             elif script.action == "die":
                 if script.partial:
                     stream(script.partial)
@@ -436,6 +436,13 @@ class FakeRunnerProcess:
                 await trio.sleep_forever()
             else:
                 raise ValueError(f"unknown tool action {script.action!r}")
+
+    async def _die_soon(self, returncode: int) -> None:
+        """Killed right after its last frame left: it takes nothing more, and is gone 0.5 s later
+        (so the server has read that frame before the host reports the exit)."""
+        self._stop_answering()
+        await trio.sleep(0.5)
+        self._die(returncode)
 
     async def _unless_hung(self) -> None:
         """A hung (or dead) process sends nothing more: its turn task stops here."""
