@@ -249,9 +249,7 @@ class Repl:
         try:
             if self.session_id is None:
                 trace("POST /v1/sessions multipart bundle")
-                info = await self.client.create_session(self.options.bundle,
-                                                        workspace=self.options.workspace,
-                                                        **self.options.session_fields)
+                info = await self.client.create_session(self.options.bundle, **self.options.created_fields())
                 trace(f"session created id={info['id']!r}")
                 await self._follow(info["id"], info["last_sequence_number"])
             session_id = self.session_id
