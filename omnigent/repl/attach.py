@@ -9,6 +9,9 @@ loop and one renderer, not two:
 - it shows what other clients do: their messages (`session.input.consumed`
   of a turn that is not ours), their answers, and runner incidents
   (rebinds, retries, interrupted turns);
+- it answers the session's approvals, whoever's turn asked (the pending
+  ones are asked once the replay is shown; one that comes while the prompt
+  waits is announced, and an empty line answers it);
 - `--watch` makes it read-only: a line is refused with one notice, and
   nothing is ever posted. Leaving (or being killed) cancels nothing: a turn
   runs to its end whoever watches it.
@@ -59,8 +62,8 @@ class Attached(Repl):
 
     def __init__(self, client: OmnigentClient, session_id: str, lines: Any, *, watch: bool) -> None:
         options = FrontOptions(agent_path="", agent_name="", bundle=b"", ephemeral=True)
+        self.watch = watch  # before the REPL's set-up: it decides whether approvals are answered here
         super().__init__(client, options, session_id, lines)
-        self.watch = watch
         self._sent: str | None = None  # the text of our message in flight (not echoed twice)
         self._replay_until = 0  # the newest event when we attached: the replay ends there
         self._rendered = 0
@@ -82,6 +85,7 @@ class Attached(Repl):
         with trio.move_on_after(REPLAY_WAIT):  # the replay above the prompt, not under it
             while self._rendered < self._replay_until:
                 await self._progress.wait()
+        await self.approvals.refresh(session_id)  # what the replay left pending, as the server has it
 
     def _on_event(self, session_id: str, event: dict[str, Any]) -> None:
         if session_id != self.session_id:
@@ -108,6 +112,9 @@ class Attached(Repl):
         elif kind == ev.TURN_RETRIED:
             self.console.notice(f"retrying the turn (attempt {event['attempt']})")
         super()._on_event(session_id, event)
+
+    def _can_answer(self) -> bool:
+        return not self.watch
 
     def _ours(self, event: dict[str, Any]) -> bool:
         """Our own message: the terminal shows it already, as the user typed it."""

@@ -6,6 +6,12 @@ line, runs it as a slash command or as one turn, and waits for that turn to
 end. A fresh conversation is created lazily, on the first message, so merely
 opening the REPL stores nothing.
 
+Tool steps show one line per call and per result. On a terminal, a call
+that needs an approval is asked (`approvals`), its message posted with no
+approval timeout; from a pipe there is nobody to ask, so messages carry an
+approval timeout of 0 and such a call is refused at once (one stderr line
+says how to allow it).
+
 Exit codes: 0 on Ctrl-D, EOF, /quit or /exit. When stdin is a pipe, 1 if any
 turn failed (so scripts notice) and 130 after Ctrl-C, which in a pipe stops
 the whole run; on a terminal Ctrl-C only cancels the running turn.
@@ -23,6 +29,8 @@ import trio
 from protocol import events as ev
 
 from ..client import OmnigentClient, OmnigentError
+from . import api, steps
+from .approvals import Approvals
 from .options import FrontOptions
 from .render import Console, LiveRenderer, session_table, transcript
 from .terminal import PROMPT, LineInput
@@ -36,7 +44,10 @@ Commands:
   /switch            list recent conversations
   /switch <#|id>     resume one of them
   /new               start a new conversation
-  /retry             run the last, interrupted turn again
+  /retry             run the last, interrupted turn again (from the step it stopped at)
+  /permissions       list this session's "always" approvals
+  /permissions revoke <#>  remove one of them
+  /usage             tokens this session used
   /help              this list
   /quit, /exit       leave (Ctrl-D too)
 Ctrl-C cancels a running turn; at the prompt it clears the line.
@@ -59,7 +70,9 @@ class Repl:
         self.session_id = session_id  # the attached conversation; None until the first message
         self.lines = lines
         self.console = Console(tty=lines.interactive, shown_prompt=lines.shown_prompt)
-        self.renderer = LiveRenderer(self.console)
+        self.renderer = LiveRenderer(self.console, interactive=lines.interactive)
+        self.approvals = Approvals(client, self.console, lines, can_answer=self._can_answer())
+        self._at_prompt = False  # the terminal reader is showing the input prompt
         self._last_session: str | None = None
         self._bound: str | None = None  # the session whose runner binding was seen to
         self._turn: _Turn | None = None
@@ -102,8 +115,14 @@ class Repl:
             self.console.end_line()
             if self.lines.interactive and self.options.idle is not None:
                 self.options.idle()  # a person types for seconds: the warm spare may start now
+            if self.approvals.pending:
+                await self.approvals.answer_pending()  # before the prompt: the reader is free
             try:
-                line = (await self.lines.read(PROMPT)).strip()
+                self._at_prompt = True
+                try:
+                    line = (await self.lines.read(PROMPT)).strip()
+                finally:
+                    self._at_prompt = False
             except EOFError:
                 if self.console.tty:
                     self.console.write("\n")  # readline leaves the cursor after the prompt
@@ -142,6 +161,10 @@ class Repl:
         elif name == "/new":
             self._detach()
             self.console.line("  New conversation: it starts with your next message.")
+        elif name == "/permissions":
+            await self._permissions(arg)
+        elif name == "/usage":
+            await self._usage()
         elif name == "/retry":
             if self.session_id is None:
                 self.console.line("  Nothing to retry yet.")
@@ -170,6 +193,54 @@ class Repl:
             return
         await self._attach(arg, info)
 
+    def _can_answer(self) -> bool:
+        return True
+
+    async def _permissions(self, arg: str) -> None:
+        """`/permissions`: the "always" rules, numbered; `/permissions revoke N` removes rule N."""
+        if self.session_id is None:
+            self.console.line("  No conversation yet: it starts with your first message.")
+            return
+        rules = await api.rules(self.client, self.session_id)
+        verb, _, number = arg.partition(" ")
+        if not verb:
+            if not rules:
+                self.console.line('  No "always" approvals in this session.')
+                return
+            for n, rule in enumerate(rules, 1):
+                self.console.line(f"  {n}. {steps.clip(str(rule.get('tool')), 40)}: "
+                                  f"{steps.clip(str(rule.get('target') or ''), 100)}")
+            self.console.line("  /permissions revoke <#> removes one")
+            return
+        number = number.strip()
+        if verb != "revoke" or not number.isdigit():
+            self.console.line("  Usage: /permissions, or /permissions revoke <#>")
+            return
+        if not 1 <= int(number) <= len(rules):
+            self.console.line(f"  No rule #{number} ({len(rules)} listed).")
+            return
+        rule = rules[int(number) - 1]
+        await api.revoke(self.client, self.session_id, str(rule["id"]))
+        self.console.line(f"  Revoked: {steps.clip(str(rule.get('tool')), 40)}: "
+                          f"{steps.clip(str(rule.get('target') or ''), 100)}")
+
+    async def _usage(self) -> None:
+        """`/usage`: this session's tokens, summed over its turns."""
+        if self.session_id is None:
+            self.console.line("  No conversation yet: it starts with your first message.")
+            return
+        usage = (await self.client.get_session(self.session_id)).get("usage")
+        if not isinstance(usage, dict):
+            self.console.line("  No usage recorded for this session.")
+            return
+        from .output import usage_of
+
+        tokens = usage_of(usage)
+        turns = usage.get("turns")
+        self.console.line(f"  This session: {tokens['input_tokens']:,} input + {tokens['output_tokens']:,} "
+                          f"output = {tokens['total_tokens']:,} tokens"
+                          + (f" over {turns} turn{'' if turns == 1 else 's'}" if isinstance(turns, int) else ""))
+
     # --- the attached conversation ------------------------------------------
 
     async def _attach(self, session_id: str, info: dict[str, Any] | None = None) -> None:
@@ -182,18 +253,26 @@ class Repl:
         self.console.write(transcript(items, self.console.style))
         turns = await self.client.list_turns(session_id)
         if turns and turns[-1]["status"] == "interrupted":
-            self.console.notice("The last turn was interrupted (omnigent stopped in the middle of it); "
-                                "/retry runs it again.")
+            if "step" in turns[-1]:  # a server with the agent loop: it says where
+                where = steps.where_stopped(turns[-1]["step"])
+                self.console.notice(f"The last turn was interrupted (omnigent stopped in the middle of it, "
+                                    f"{where}); /retry continues from there.")
+            else:
+                self.console.notice("The last turn was interrupted (omnigent stopped in the middle of it); "
+                                    "/retry runs it again.")
+        await self.approvals.refresh(session_id)
 
     def _detach(self) -> None:
         if self._pump is not None:
             self._pump.cancel()
         self._pump = None
         self.session_id = None
+        self.approvals.reset(None)
 
     async def _follow(self, session_id: str, after: int) -> None:
         self._detach()
         self.session_id = session_id  # before the pump starts, or its first events are dropped
+        self.approvals.reset(session_id)
         try:
             self._pump = await self._nursery.start(self._pump_events, session_id, after)
         except OmnigentError:
@@ -230,6 +309,10 @@ class Repl:
         if session_id != self.session_id:
             return  # a detached conversation's straggler: never show another's text
         self.renderer.event(event)
+        if event["type"] == ev.APPROVAL_REQUESTED:
+            self.approvals.requested(event, at_prompt=self._at_prompt)
+        elif event["type"] == ev.APPROVAL_RESOLVED:
+            self.approvals.resolved(event)
         turn, turn_id = self._turn, event.get("turn_id")
         if turn is None or turn.turn_id not in (None, turn_id):
             return
@@ -261,15 +344,17 @@ class Repl:
                 self.console.notice("(cancelled)")
                 return
             trace(f"POST /events session={session_id}")
-            posted = await (self.client.post_message(session_id, text) if text is not None
-                            else self.client.retry(session_id))
+            # on a terminal an approval waits for its answer; from a pipe nobody can give one
+            timeout = None if self.lines.interactive else 0
+            posted = await (api.post_message(self.client, session_id, text, approval_timeout=timeout)
+                            if text is not None else self.client.retry(session_id))
             turn.turn_id = posted["turn_id"]
             trace("POST returned; waiting for terminal event")
             if turn.turn_id in self._outcomes:
                 turn.done.set()
             elif turn.cancel_requested:
                 self._nursery.start_soon(self._interrupt)
-            await turn.done.wait()
+            await self._wait(turn)
             outcome = self._outcomes.pop(turn.turn_id, None)
             if outcome is None:
                 self.console.notice("stopped waiting; the turn may still finish")
@@ -281,6 +366,14 @@ class Repl:
             self.console.status("sleeping")
             if self.options.idle is not None:
                 self.options.idle()  # the first turn no longer competes with the warm spare
+
+    async def _wait(self, turn: _Turn) -> None:
+        """Until the turn ends, answering its approvals (and any other) as they come."""
+        async with trio.open_nursery() as nursery:
+            if self.approvals.can_answer:
+                nursery.start_soon(self.approvals.keep_answering)
+            await turn.done.wait()
+            nursery.cancel_scope.cancel()
 
     async def _bind(self, session_id: str) -> None:
         """Bind an online runner now, so the first answer does not wait for one (and it shows)."""
