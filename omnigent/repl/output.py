@@ -58,6 +58,7 @@ from ..client import message_text
 from . import steps
 from .render import no_text_notice, rebound_notice, retry_notice
 from .safe import neutralise
+from .steps import final_text
 
 FORMAT_VERSION = 1
 FORMATS = ("text", "json", "stream-json")
@@ -84,18 +85,6 @@ def usage_of(raw: Any) -> dict[str, int]:
     return {"input_tokens": inp, "output_tokens": out, "total_tokens": num("total_tokens") or inp + out}
 
 
-def final_text(output: list[dict[str, Any]]) -> str:
-    """The assistant text after the last tool call or result of a turn's output items."""
-    last: list[str] = []
-    for item in output:
-        kind = item.get("type", "message")
-        if kind in ("function_call", "function_call_output"):
-            last = []
-        elif kind == "message" and item.get("role", "assistant") == "assistant":
-            last.append(message_text(item))
-    return "".join(last)
-
-
 class Output:
     """Follows one `-p` turn's events and prints them in `fmt` (one of FORMATS)."""
 
@@ -113,6 +102,7 @@ class Output:
         self._deltas: list[str] = []                # the message streaming now
         self._streamed: list[str] = []              # every delta of the turn (a dropped stream's partial)
         self._refused: set[str] = set()
+        self._held: dict[str, tuple[str | None, str, Any]] = {}  # calls seen only as the model's items
         self._completed: dict[str, Any] | None = None
         self._inited = False
         self._finished = False
@@ -145,9 +135,18 @@ class Output:
     def event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         call, result = steps.event_call(event), steps.event_result(event)
-        if call is not None:
+        if call is not None and kind == ev.ITEM_DONE:
+            # the model's call item: announced when it starts or is asked about (those say its step)
+            self._held.setdefault(call[0] or "", call)
+            self._answer.clear()
+            self._deltas.clear()
+        elif call is not None:
+            self._held.pop(call[0] or "", None)
             self._call(event, *call)
         if result is not None:
+            held = self._held.pop(result[0] or "", None)
+            if held is not None:
+                self._call({}, *held)
             self._result(*result)
         if call is not None or result is not None:
             return
@@ -219,12 +218,12 @@ class Output:
             return final_text([i for i in output if isinstance(i, dict)])
         return "".join(self._answer) or "".join(self._deltas)
 
-    def summary(self, *, is_error: bool, duration_ms: int) -> dict[str, Any]:
+    def summary(self, *, is_error: bool, duration_ms: float, answer: str | None = None) -> dict[str, Any]:
         completed = self._completed or {}
         usage = completed.get("usage") if isinstance(completed.get("usage"), dict) else self._usage
         num_steps = len(self._steps) or (1 if self._completed is not None else 0)
         return {"version": FORMAT_VERSION, "session_id": self.session_id,
-                "result": "" if self._completed is None else self.answer(),
+                "result": "" if self._completed is None else (self.answer() if answer is None else answer),
                 "is_error": is_error, "num_steps": num_steps, "usage": usage_of(usage),
                 "duration_ms": max(0, int(duration_ms))}
 
@@ -237,6 +236,10 @@ class Output:
         if self._finished:
             return 0 if status == "completed" else 1
         self._finished = True
+        answer = self.answer()  # before the held calls are shown (showing one starts a new answer)
+        for held in list(self._held.values()):  # calls that never started (the turn ended first)
+            self._call({}, *held)
+        self._held.clear()
         self.init(self.session_id)  # stream-json: an init line even when the session never came to be
         is_error = status != "completed"
         if is_error:
@@ -250,7 +253,7 @@ class Output:
                 self._say(f"Error: {neutralise(str(message))}")
         if self.fmt == "text":
             if not is_error:
-                text = self.answer()
+                text = answer
                 notice = no_text_notice((self._completed or {}).get("output") or ())
                 if not text.strip():
                     self._say(notice or "(the model's answer was empty)")
@@ -258,6 +261,6 @@ class Output:
                     self.out.write(neutralise(text) + "\n")
                     self.out.flush()
         else:
-            summary = self.summary(is_error=is_error, duration_ms=duration_ms)
+            summary = self.summary(is_error=is_error, duration_ms=duration_ms, answer=answer)
             self._line({"type": "result", **summary} if self.fmt == "stream-json" else summary)
         return 1 if is_error else 0

@@ -263,8 +263,7 @@ class LiveRenderer:
             if notice is not None:
                 con.notice(notice)
             elif turn_id not in self._shown and turn_id not in self._streamed:
-                con.line(neutralise("".join(message_text(i) for i in output
-                                            if i.get("type", "message") == "message")))
+                con.line(neutralise(steps.final_text(list(output))))
             self._forget(turn_id)
         elif kind == ev.MODEL_RETRY:
             con.notice(retry_notice(event))

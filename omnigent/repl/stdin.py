@@ -167,7 +167,10 @@ def read_prompt(fd: int = 0) -> str:
         if fd == 0 and sys.stdin is not None and sys.stdin.buffer is not None:
             data = sys.stdin.buffer.read(MAX_CONTEXT + 1)
         else:
-            data = os.read(fd, MAX_CONTEXT + 1)
+            chunks: list[bytes] = []
+            while sum(map(len, chunks)) <= MAX_CONTEXT and (chunk := os.read(fd, _CHUNK)):
+                chunks.append(chunk)
+            data = b"".join(chunks)
     except (OSError, ValueError, AttributeError) as exc:
         raise StdinError(f"-p -: cannot read the prompt from stdin: {exc}") from None
     if len(data) > MAX_CONTEXT:

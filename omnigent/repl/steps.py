@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..client import message_text
 from .safe import neutralise
 
 CALL_MARK = "⚙"
@@ -106,9 +107,21 @@ def where_stopped(step: dict[str, Any] | None) -> str:
     if step.get("kind") == "tool":
         if step.get("status") == "waiting":
             return f"waiting for approval of {tool}"
-        if step.get("status") == "running":
+        if step.get("status") in ("running", "interrupted"):
             return f"in tool {tool}"
     return "waiting for the model"
+
+
+def final_text(output: list[dict[str, Any]]) -> str:
+    """The assistant text after the last tool call or result of a turn's output items."""
+    last: list[str] = []
+    for item in output:
+        kind = item.get("type", "message")
+        if kind in ("function_call", "function_call_output"):
+            last = []
+        elif kind == "message" and item.get("role", "assistant") == "assistant":
+            last.append(message_text(item))
+    return "".join(last)
 
 
 class Calls:
