@@ -128,7 +128,10 @@ class Approvals:
         if self._asking is not None and self._asking[0] == approval_id:
             self._asking[1].cancel()
             decision = clip(str(event.get("decision") or "resolved"), 20)
-            self.console.notice(f"  (answered elsewhere: {decision})")
+            if decision in ("allow", "deny", "always"):
+                self.console.notice(f"  (answered elsewhere: {decision})")
+            else:  # cancelled with its turn, expired, timed out
+                self.console.notice(f"  (approval {'timed out' if decision == 'timeout' else decision})")
 
     def replace(self, rows: list[dict[str, Any]]) -> None:
         """The server's list of pending approvals is the truth (after a resume or a replay)."""
@@ -138,14 +141,22 @@ class Approvals:
         self.pending.update(kept)
         self._changed.set()
 
-    async def refresh(self, session_id: str) -> None:
-        """Fetch the pending approvals (an older server without the route has none)."""
+    async def refresh(self, session_id: str, turns: list[dict[str, Any]] | None = None) -> None:
+        """Fetch the pending approvals (an older server without the route has none).
+
+        With `turns` (the session's turn rows), only those of a turn still going
+        are kept: one of a turn that was interrupted is asked again, with a new
+        id, when /retry continues it, so answering the old one now would help nobody.
+        """
         try:
             rows = await api.pending_approvals(self.client, session_id)
         except OmnigentError as exc:
             if exc.status_code in (404, 405):
                 return
             raise
+        if turns is not None:
+            going = {t.get("id") for t in turns if t.get("status") in ("queued", "running", "waiting")}
+            rows = [r for r in rows if r.get("turn_id") is None or r.get("turn_id") in going]
         self.replace(rows)
         if rows and not self.can_answer:
             for event in self.pending.values():

@@ -85,7 +85,8 @@ class Attached(Repl):
         with trio.move_on_after(REPLAY_WAIT):  # the replay above the prompt, not under it
             while self._rendered < self._replay_until:
                 await self._progress.wait()
-        await self.approvals.refresh(session_id)  # what the replay left pending, as the server has it
+        # what the replay left pending, as the server has it
+        await self.approvals.refresh(session_id, await self.client.list_turns(session_id))
 
     def _on_event(self, session_id: str, event: dict[str, Any]) -> None:
         if session_id != self.session_id:

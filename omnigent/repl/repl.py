@@ -31,6 +31,7 @@ from protocol import events as ev
 from ..client import OmnigentClient, OmnigentError
 from . import api, steps
 from .approvals import Approvals
+from .rules import permissions_command, usage_command
 from .options import FrontOptions
 from .render import Console, LiveRenderer, session_table, transcript
 from .terminal import PROMPT, LineInput
@@ -197,49 +198,16 @@ class Repl:
         return True
 
     async def _permissions(self, arg: str) -> None:
-        """`/permissions`: the "always" rules, numbered; `/permissions revoke N` removes rule N."""
         if self.session_id is None:
             self.console.line("  No conversation yet: it starts with your first message.")
             return
-        rules = await api.rules(self.client, self.session_id)
-        verb, _, number = arg.partition(" ")
-        if not verb:
-            if not rules:
-                self.console.line('  No "always" approvals in this session.')
-                return
-            for n, rule in enumerate(rules, 1):
-                self.console.line(f"  {n}. {steps.clip(str(rule.get('tool')), 40)}: "
-                                  f"{steps.clip(str(rule.get('target') or ''), 100)}")
-            self.console.line("  /permissions revoke <#> removes one")
-            return
-        number = number.strip()
-        if verb != "revoke" or not number.isdigit():
-            self.console.line("  Usage: /permissions, or /permissions revoke <#>")
-            return
-        if not 1 <= int(number) <= len(rules):
-            self.console.line(f"  No rule #{number} ({len(rules)} listed).")
-            return
-        rule = rules[int(number) - 1]
-        await api.revoke(self.client, self.session_id, str(rule["id"]))
-        self.console.line(f"  Revoked: {steps.clip(str(rule.get('tool')), 40)}: "
-                          f"{steps.clip(str(rule.get('target') or ''), 100)}")
+        await permissions_command(self.client, self.console, self.session_id, arg)
 
     async def _usage(self) -> None:
-        """`/usage`: this session's tokens, summed over its turns."""
         if self.session_id is None:
             self.console.line("  No conversation yet: it starts with your first message.")
             return
-        usage = (await self.client.get_session(self.session_id)).get("usage")
-        if not isinstance(usage, dict):
-            self.console.line("  No usage recorded for this session.")
-            return
-        from .output import usage_of
-
-        tokens = usage_of(usage)
-        turns = usage.get("turns")
-        self.console.line(f"  This session: {tokens['input_tokens']:,} input + {tokens['output_tokens']:,} "
-                          f"output = {tokens['total_tokens']:,} tokens"
-                          + (f" over {turns} turn{'' if turns == 1 else 's'}" if isinstance(turns, int) else ""))
+        await usage_command(self.client, self.console, self.session_id)
 
     # --- the attached conversation ------------------------------------------
 
@@ -260,7 +228,7 @@ class Repl:
             else:
                 self.console.notice("The last turn was interrupted (omnigent stopped in the middle of it); "
                                     "/retry runs it again.")
-        await self.approvals.refresh(session_id)
+        await self.approvals.refresh(session_id, turns)
 
     def _detach(self) -> None:
         if self._pump is not None:

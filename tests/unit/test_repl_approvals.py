@@ -142,3 +142,52 @@ async def test_the_terminal_reader_answers_and_can_be_dismissed_and_stays_in_ste
     finally:
         os.close(master)
         os.close(slave)
+
+
+class RulesClient:
+    def __init__(self) -> None:
+        self.rules = [{"id": "rule_1", "tool": "shell", "target": "git status"},
+                      {"id": "rule_2", "tool": "write_file", "target": "notes.txt"}]
+        self.sessions = self
+        self.revoked: list[str] = []
+
+    async def permissions(self, session_id: str) -> list[dict]:
+        return list(self.rules)
+
+    async def revoke(self, session_id: str, rule_id: str) -> None:
+        self.revoked.append(rule_id)
+        self.rules = [r for r in self.rules if r["id"] != rule_id]
+
+    async def get_session(self, session_id: str) -> dict:
+        return {"id": session_id, "usage": {"input_tokens": 1200, "output_tokens": 34, "total_tokens": 1234,
+                                            "turns": 3}}
+
+
+async def test_permissions_lists_the_always_rules_numbered_and_revokes_one():
+    from omnigent.repl.rules import permissions_command, usage_command
+
+    out = io.StringIO()
+    console, client = Console(tty=False, out=out, err=out), RulesClient()
+    await permissions_command(client, console, "conv_1", "")
+    assert out.getvalue().splitlines() == ["  1. shell: git status", "  2. write_file: notes.txt",
+                                           "  /permissions revoke <#> removes one"]
+    await permissions_command(client, console, "conv_1", "revoke 2")
+    assert client.revoked == ["rule_2"] and out.getvalue().endswith("  Revoked: write_file: notes.txt\n")
+    await permissions_command(client, console, "conv_1", "revoke 5")
+    assert out.getvalue().endswith("  No rule #5 (1 listed).\n")
+    await usage_command(client, console, "conv_1")
+    assert out.getvalue().endswith("  This session: 1,200 input + 34 output = 1,234 tokens over 3 turns\n")
+
+
+def test_where_an_interrupted_turn_stopped_and_recovery_notices():
+    from omnigent.repl.steps import recovered_notice, where_stopped
+
+    assert where_stopped(None) == "waiting for the model"
+    assert where_stopped({"kind": "model", "status": "running"}) == "waiting for the model"
+    assert where_stopped({"kind": "tool", "status": "running", "tool": "shell"}) == "in tool shell"
+    assert where_stopped({"kind": "tool", "status": "waiting", "tool": "edit_file"}) == \
+        "waiting for approval of edit_file"
+    notice = recovered_notice({"turn_id": "t", "step": 3, "kind": "tool", "action": "interrupted",
+                               "tool": "shell", "reason": "the runner was killed"})
+    assert notice == ("recovered: shell (step 3) was marked interrupted: it may or may not have taken effect "
+                      "(the runner was killed)")
