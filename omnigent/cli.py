@@ -78,7 +78,8 @@ def cli() -> None:
               help="Bearer token for --server (default: $OMNIGENT_REMOTE_AUTH_TOKEN).")
 @click.option("--permission-mode", type=click.Choice(["ask", "auto", "deny"]), default=None,
               help="Side-effecting tools (shell, write_file, edit_file): ask first, run, or refuse. "
-                   "Overrides the agent's `permissions`.")
+                   "Overrides the agent's `permissions`; with --server, the host's "
+                   "`omnigent host --permissions` still caps it.")
 @click.option("--output-format", type=click.Choice(["text", "json", "stream-json"]), default=None,
               help="With -p: the answer as text, one JSON object, or JSON lines as it happens.")
 def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_latest, no_session, log,

@@ -52,6 +52,8 @@ Commands:
   /help              this list
   /quit, /exit       leave (Ctrl-D too)
 Ctrl-C cancels a running turn; at the prompt it clears the line.
+A tool call that needs approval asks: y allows it, n refuses it, a allows this
+tool with this command (or path) for the rest of the session.
 """
 
 

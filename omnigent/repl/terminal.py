@@ -13,8 +13,9 @@ as a key that clears the line; during a turn Ctrl-C is a SIGINT for the REPL.
 An approval answer (`ask`) goes through the same thread, so no second
 reader ever competes for the terminal. It is read in the terminal's own
 canonical mode (the kernel echoes and edits the line) with `poll` on the
-terminal and on a wake-up pipe, so that, unlike `input()`, it can be
-dismissed: when another client answered the approval first, or the turn
+terminal and on a wake-up pipe, after discarding what was typed ahead (an
+answer is given to the question on screen, never to one not yet asked), so
+that, unlike `input()`, it can be dismissed: when another client answered the approval first, or the turn
 ended, the trio side writes to the pipe, the thread discards what was typed
 (`tcflush`) and returns. Ctrl-C stays a SIGINT there: it cancels the turn.
 
@@ -162,10 +163,14 @@ class TtyInput:
 
     def _answer(self, prompt: str) -> str | None:
         """In the reader thread: one line in canonical mode, or None at EOF or when dismissed."""
-        self._prompt, self._answering = prompt, True
         try:
+            try:  # what was typed ahead during the turn is not an answer to a question not yet asked
+                termios.tcflush(self._fd, termios.TCIFLUSH)
+            except termios.error:
+                pass
             sys.stdout.write(prompt)
             sys.stdout.flush()
+            self._prompt, self._answering = prompt, True
             poller = select.poll()
             poller.register(self._fd, select.POLLIN)
             poller.register(self._wake_r, select.POLLIN)

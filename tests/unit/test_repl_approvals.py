@@ -131,14 +131,27 @@ async def test_the_terminal_reader_answers_and_can_be_dismissed_and_stays_in_ste
     """TtyInput.ask on a real pty: a line answers; a cancelled ask returns and the next one works."""
     master, slave = pty.openpty()
     monkeypatch.setattr("sys.stdout", io.StringIO())
+    async def answer(lines: TtyInput, prompt: str, typed: bytes) -> str | None:
+        async with trio.open_nursery() as nursery:
+            got: list[str | None] = []
+
+            async def asking() -> None:
+                got.append(await lines.ask(prompt))
+
+            nursery.start_soon(asking)
+            with trio.fail_after(10):
+                while lines.shown_prompt() != prompt:  # the thread shows it from its own side
+                    await trio.sleep(0.01)
+            os.write(master, typed)
+        return got[0]
+
     try:
         lines = TtyInput(None, fd=slave)
-        os.write(master, b"y\n")
-        assert await lines.ask("Allow? ") == "y"
+        os.write(master, b"typed ahead\n")  # before the question: discarded, never an answer
+        assert await answer(lines, "Allow? ", b"y\n") == "y"
         with trio.move_on_after(0.2):  # nobody types: dismissed
             await lines.ask("Allow? ")
-        os.write(master, b"n\n")
-        assert await lines.ask("Allow again? ") == "n"
+        assert await answer(lines, "Allow again? ", b"n\n") == "n"
     finally:
         os.close(master)
         os.close(slave)
