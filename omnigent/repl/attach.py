@@ -37,6 +37,7 @@ from protocol import events as ev
 from ..client import OmnigentClient, OmnigentError, message_text
 from .options import FrontOptions
 from .render import render_item, transcript
+from .safe import neutralise
 from .repl import Repl
 
 NO_SERVER = ("no server to attach to: give --server URL (local `omnigent run` sessions live "
@@ -78,7 +79,7 @@ class Attached(Repl):
             raise
         mode = "watching" if self.watch else "attached to"
         self.console.line(self.console.style.dim(
-            f"{mode} conversation {session_id} ({info.get('agent_name') or 'agent'}) on "
+            f"{mode} conversation {neutralise(session_id)} ({neutralise(info.get('agent_name') or 'agent')}) on "
             f"{self.client.base_url} · Ctrl-D to leave"))
         self._replay_until = info.get("last_sequence_number") or 0
         await self._follow(session_id, 0)  # replay from the log, then live
@@ -109,7 +110,7 @@ class Attached(Repl):
                     self.console.line(shown)
             self._sent = None
         elif kind == ev.TURN_INTERRUPTED:
-            self.console.notice(f"turn interrupted: {event['reason']}")
+            self.console.notice(f"turn interrupted: {neutralise(str(event['reason']))}")
         elif kind == ev.TURN_RETRIED:
             self.console.notice(f"retrying the turn (attempt {event['attempt']})")
         super()._on_event(session_id, event)

@@ -41,7 +41,9 @@ class Front:
                 session_id = await self.resolve(client, lines)
                 return await Repl(client, self.options, session_id, lines).run()
         except (FrontError, OmnigentError, PickError, StdinError) as exc:
-            print(f"Error: {exc}", file=sys.stderr, flush=True)
+            from .safe import neutralise
+
+            print(f"Error: {neutralise(str(exc))}", file=sys.stderr, flush=True)
             return 1
         except KeyboardInterrupt:  # before the REPL owns Ctrl-C, e.g. while picking
             print(file=sys.stderr, flush=True)

@@ -202,7 +202,7 @@ class Console:
         self.line(self.style.dim(text), err=True)
 
     def error(self, message: str) -> None:
-        self.line(self.style.red(f"Error: {message}"), err=True)
+        self.line(self.style.red(f"Error: {neutralise(message)}"), err=True)  # server text may quote a model
 
     def status(self, state: str) -> None:
         """The idle/busy status line of a terminal session (tests wait for `state: sleeping`)."""
