@@ -185,3 +185,53 @@ def test_output_format_needs_p(env, workspace, tmp_path):
     result = _run(env, workspace, _agent(tmp_path, "m", None), "--output-format", "json")
     assert result.returncode == 1
     assert result.stderr.strip() == "Error: --output-format applies to -p only (the REPL prints text)"
+
+
+def test_attach_answers_a_pending_approval_and_one_answered_elsewhere_is_dismissed(
+    mock_credentials_env, mock_llm_server_url, tmp_path,
+):
+    """A session driven through the API waits for approvals; `omnigent attach` asks them and answers."""
+    import httpx
+
+    from omnigent.agents import bundle_bytes
+    from tests.support.processes import omnigent_server
+
+    model = _model()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**mock_credentials_env, "HOME": str(home), "TERM": "xterm-256color"}
+    configure_mock_llm(mock_llm_server_url, [
+        _call("write_file", call_id="call_a", path="first.txt", content="one\n"),
+        _call("write_file", call_id="call_b", path="second.txt", content="two\n"),
+        {"text": "BOTH_DONE"},
+    ], key=model)
+    bundle = bundle_bytes(_agent(tmp_path, model, "write_file"))
+    with omnigent_server(env, "--runners", "1") as url, httpx.Client(base_url=url, timeout=30) as http:
+        sid = http.post("/v1/sessions", data={"metadata": json.dumps({"workspace": str(ws)})},
+                        files={"bundle": ("agent.tar.gz", bundle, "application/gzip")}).json()["session_id"]
+        posted = http.post(f"/v1/sessions/{sid}/events", json={"type": "message", "data": {
+            "role": "user", "content": "write both", "approval_timeout": None}})
+        assert posted.status_code == 202, posted.text
+        child = pexpect.spawn(sys.executable, ["-m", "omnigent", "attach", sid, "--server", url], env=env,
+                              encoding="utf-8", codec_errors="replace", timeout=30, dimensions=(40, 120))
+        try:
+            child.expect(re.escape("Allow write_file: first.txt? [y]es / [n]o / [a]lways this session"))
+            assert not (ws / "first.txt").exists()
+            child.send("y\r")
+            child.expect(re.escape("Allow write_file: second.txt? [y]es / [n]o / [a]lways this session"))
+            pending = http.get(f"/v1/sessions/{sid}/approvals", params={"status": "pending"}).json()["data"]
+            assert [p["target"] for p in pending] == ["second.txt"]
+            answer = http.post(f"/v1/sessions/{sid}/events", json={"type": "approval", "data": {
+                "approval_id": pending[0]["id"], "decision": "deny"}})
+            assert answer.status_code == 200, answer.text
+            child.expect(re.escape("(answered elsewhere: deny)"))  # the question here is dismissed
+            child.expect("BOTH_DONE")
+            child.expect(PROMPT_READY)
+            child.sendcontrol("d")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+    assert (ws / "first.txt").read_text() == "one\n"
+    assert not (ws / "second.txt").exists()
