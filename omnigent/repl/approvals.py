@@ -162,10 +162,14 @@ class Approvals:
             for event in self.pending.values():
                 self.console.notice(f"approval pending: {question(event).split('? ')[0]}?")
 
-    async def answer_pending(self) -> None:
-        """Ask every pending approval now (the reader is free)."""
+    async def answer_pending(self) -> list[str]:
+        """Ask every pending approval now (the reader is free); returns the turns whose approval was answered."""
+        answered: list[str] = []
         while self.can_answer and self.pending:
-            await self.ask(next(iter(self.pending.values())))
+            event = next(iter(self.pending.values()))
+            if await self.ask(event) and event.get("turn_id"):
+                answered.append(str(event["turn_id"]))
+        return answered
 
     async def keep_answering(self) -> None:
         """Ask approvals as they come, until cancelled (while a turn of ours runs)."""
@@ -175,7 +179,8 @@ class Approvals:
             if not self.pending:
                 await self._changed.wait()
 
-    async def ask(self, event: dict[str, Any]) -> None:
+    async def ask(self, event: dict[str, Any]) -> bool:
+        """Ask one approval and post the answer; False if it was dismissed or lost the race."""
         approval_id = str(event.get("approval_id"))
         self.console.end_line()
         for line in preamble(event):
@@ -196,10 +201,10 @@ class Approvals:
                 self._asking = None
         if decision is None:
             self.pending.pop(approval_id, None)
-            return  # dismissed: resolved elsewhere (said by `resolved`)
+            return False  # dismissed: resolved elsewhere (said by `resolved`)
         self.pending.pop(approval_id, None)
         if self.session_id is None:
-            return
+            return False
         try:
             await api.approve(self.client, self.session_id, approval_id, decision)
         except OmnigentError as exc:
@@ -209,3 +214,5 @@ class Approvals:
                 self.console.notice("  (that approval is gone)")
             else:
                 raise
+            return False
+        return True

@@ -9,9 +9,10 @@ loop and one renderer, not two:
 - it shows what other clients do: their messages (`session.input.consumed`
   of a turn that is not ours), their answers, and runner incidents
   (rebinds, retries, interrupted turns);
-- it answers the session's approvals, whoever's turn asked (the pending
-  ones are asked once the replay is shown; one that comes while the prompt
-  waits is announced, and an empty line answers it);
+- it answers the session's approvals, whoever's turn asked: the pending
+  ones are asked once the replay is shown, and after an answer it follows
+  that turn to its end, asking what else it asks; one that comes while the
+  prompt waits is announced, and an empty line answers it;
 - `--watch` makes it read-only: a line is refused with one notice, and
   nothing is ever posted. Leaving (or being killed) cancels nothing: a turn
   runs to its end whoever watches it.

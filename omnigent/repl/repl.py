@@ -80,6 +80,7 @@ class Repl:
         self._bound: str | None = None  # the session whose runner binding was seen to
         self._turn: _Turn | None = None
         self._outcomes: dict[str, dict[str, Any]] = {}  # terminal events of our turn, by turn id
+        self._ended: set[str] = set()  # turns of the attached session seen to end
         self._pump: trio.CancelScope | None = None
         self._main = trio.CancelScope()
         self._quit = False
@@ -118,8 +119,8 @@ class Repl:
             self.console.end_line()
             if self.lines.interactive and self.options.idle is not None:
                 self.options.idle()  # a person types for seconds: the warm spare may start now
-            if self.approvals.pending:
-                await self.approvals.answer_pending()  # before the prompt: the reader is free
+            if self.approvals.pending:  # before the prompt, while the reader is free
+                await self._join(await self.approvals.answer_pending())
             try:
                 self._at_prompt = True
                 try:
@@ -284,6 +285,8 @@ class Repl:
         elif event["type"] == ev.APPROVAL_RESOLVED:
             self.approvals.resolved(event)
         turn, turn_id = self._turn, event.get("turn_id")
+        if event["type"] in ev.TERMINAL_EVENTS and turn_id:
+            self._ended.add(turn_id)
         if turn is None or turn.turn_id not in (None, turn_id):
             return
         if event["type"] in ev.TERMINAL_EVENTS:
@@ -336,6 +339,24 @@ class Repl:
             self.console.status("sleeping")
             if self.options.idle is not None:
                 self.options.idle()  # the first turn no longer competes with the warm spare
+
+    async def _join(self, turn_ids: list[str]) -> None:
+        """Follow turns (another client's) whose approval was just answered here, as if ours, to their end.
+
+        So the next approval they ask is asked here too, and the prompt comes
+        back once they are done; Ctrl-C cancels them as it would our own.
+        """
+        for turn_id in dict.fromkeys(turn_ids):
+            if turn_id in self._ended or self.session_id is None:
+                continue
+            turn = self._turn = _Turn(turn_id=turn_id)
+            self.console.status("running")
+            try:
+                await self._wait(turn)
+            finally:
+                self._turn = None
+                self._outcomes.clear()
+                self.console.status("sleeping")
 
     async def _wait(self, turn: _Turn) -> None:
         """Until the turn ends, answering its approvals (and any other) as they come."""
