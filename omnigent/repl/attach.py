@@ -100,6 +100,7 @@ class Attached(Repl):
         if kind == ev.RESYNC:
             self.console.end_line()
             self.console.write(transcript(event["items"], self.console.style))
+            self.renderer.calls.seen(event["items"])
             turns = event["turns"]
             if turns and turns[-1]["status"] in ("queued", "running"):
                 self.console.notice("(a turn is running)")

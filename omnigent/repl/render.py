@@ -231,7 +231,8 @@ class LiveRenderer:
         con, kind, turn_id = self.console, event["type"], event.get("turn_id")
         call, result = steps.event_call(event), steps.event_result(event)
         if result is not None and call is not None and kind == ev.TOOL_DONE:
-            self._line(self.calls.call(*call))  # a call seen only now (e.g. refused before it ran)
+            # its call was shown when the model made it (live, or in the transcript on resume)
+            self.calls.tools.setdefault(call[0] or "", call[1])
             self._line(self.calls.result(*result))
         elif call is not None:
             self._line(self.calls.call(*call))

@@ -222,6 +222,7 @@ class Repl:
         items = await self.client.list_items(session_id)
         self.console.line(f"Resumed conversation {session_id}")
         self.console.write(transcript(items, self.console.style))
+        self.renderer.calls.seen(items)
         turns = await self.client.list_turns(session_id)
         if turns and turns[-1]["status"] == "interrupted":
             if "step" in turns[-1]:  # a server with the agent loop: it says where

@@ -89,8 +89,11 @@ def recovered_notice(event: dict[str, Any]) -> str:
         "asked_again": f"the approval for {tool} (step {step}) is asked again",
         "not_run": f"{tool} (step {step}) was not run",
     }.get(str(action), f"{kind} step {step}: {clip(str(action), 40)}")
-    reason = clip(str(event.get("reason") or ""), 80)
-    return f"recovered: {what}" + (f" ({reason})" if reason else "")
+    reason = clip(str(event.get("reason") or ""), 160)
+    if reason:  # the server says what happened and what is done about it
+        which = tool if event.get("tool") else str(kind or "model")
+        return f"recovered: step {step} ({which}): {reason}"
+    return f"recovered: {what}"
 
 
 def not_approved_line(tool: str) -> str:
@@ -148,6 +151,18 @@ class Calls:
                 return None
             self._done.add(call_id)
         return result_line(output, status)
+
+    def seen(self, items: list[dict[str, Any]]) -> None:
+        """Calls and results shown already (a transcript): not shown again when their events come."""
+        for item in items:
+            call_id = item.get("call_id")
+            if not call_id:
+                continue
+            if item.get("type") == "function_call":
+                self.tools.setdefault(call_id, str(item.get("name") or "tool"))
+                self._called.add(call_id)
+            elif item.get("type") == "function_call_output":
+                self._done.add(call_id)
 
     def tool_of(self, call_id: str | None) -> str:
         return self.tools.get(call_id or "", "tool")

@@ -217,7 +217,11 @@ def test_attach_answers_a_pending_approval_and_one_answered_elsewhere_is_dismiss
         child = pexpect.spawn(sys.executable, ["-m", "omnigent", "attach", sid, "--server", url], env=env,
                               encoding="utf-8", codec_errors="replace", timeout=30, dimensions=(40, 120))
         try:
-            child.expect(re.escape("Allow write_file: first.txt? [y]es / [n]o / [a]lways this session"))
+            first = re.escape("Allow write_file: first.txt? [y]es / [n]o / [a]lways this session")
+            # asked at once if it was pending when attach started, else announced at the prompt
+            if child.expect([first, re.escape("(press Enter to answer)")]) == 1:
+                child.send("\r")
+                child.expect(first)
             assert not (ws / "first.txt").exists()
             child.send("y\r")
             child.expect(re.escape("Allow write_file: second.txt? [y]es / [n]o / [a]lways this session"))

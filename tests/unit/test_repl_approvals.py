@@ -201,6 +201,10 @@ def test_where_an_interrupted_turn_stopped_and_recovery_notices():
     assert where_stopped({"kind": "tool", "status": "waiting", "tool": "edit_file"}) == \
         "waiting for approval of edit_file"
     notice = recovered_notice({"turn_id": "t", "step": 3, "kind": "tool", "action": "interrupted",
-                               "tool": "shell", "reason": "the runner was killed"})
-    assert notice == ("recovered: shell (step 3) was marked interrupted: it may or may not have taken effect "
-                      "(the runner was killed)")
+                               "tool": "shell", "reason": "the runner stopped while shell ran; it is not run "
+                                                          "again (it may or may not have taken effect)"})
+    assert notice == ("recovered: step 3 (shell): the runner stopped while shell ran; it is not run again "
+                      "(it may or may not have taken effect)")
+    # without a reason, the action says it
+    assert recovered_notice({"turn_id": "t", "step": 2, "kind": "tool", "action": "rerun", "tool": "grep",
+                             "reason": ""}) == "recovered: grep (step 2) was run again"

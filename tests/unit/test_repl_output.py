@@ -42,7 +42,7 @@ def tool_turn() -> list[dict]:
         {"type": ev.TOOL_DONE, "turn_id": T, "step": 1, "call_id": "c1", "tool": "shell", "status": "completed",
          "item": _out("c1", "a\nb\nexit code: 0")},
         {"type": ev.STEP_RECOVERED, "turn_id": T, "step": 2, "kind": "model", "action": "repeated",
-         "reason": "the runner died"},
+         "reason": "the runner stopped during the model call; it is asked again"},
         {"type": ev.ITEM_DONE, "turn_id": T, "item": _msg("Two files.")},
         {"type": ev.USAGE, "turn_id": T, "step": 2, "usage": {"input_tokens": 20, "output_tokens": 4},
          "turn": {"input_tokens": 30, "output_tokens": 7, "total_tokens": 37}},
@@ -69,7 +69,7 @@ def test_text_prints_only_the_final_answer_on_stdout_and_steps_on_stderr():
     assert err.splitlines() == [
         "  ⚙ shell: ls",
         "  ↳ a  (+2 lines)",
-        "recovered: the model call (step 2) was repeated (the runner died)",
+        "recovered: step 2 (model): the runner stopped during the model call; it is asked again",
     ]
 
 
@@ -160,4 +160,4 @@ def test_the_repl_shows_each_call_and_result_once_and_no_live_output():
     for event in tool_turn():
         renderer.event(event)
     assert out.getvalue().splitlines() == ["Let me look.", "  ⚙ shell: ls", "  ↳ a  (+2 lines)", "Two files."]
-    assert err.getvalue() == "recovered: the model call (step 2) was repeated (the runner died)\n"
+    assert err.getvalue() == "recovered: step 2 (model): the runner stopped during the model call; it is asked again\n"
