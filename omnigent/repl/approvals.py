@@ -141,6 +141,15 @@ class Approvals:
         self.pending.update(kept)
         self._changed.set()
 
+    async def fetch(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's pending approvals as stored (an older server without the route has none)."""
+        try:
+            return await api.pending_approvals(self.client, session_id)
+        except OmnigentError as exc:
+            if exc.status_code in (404, 405):
+                return []
+            raise
+
     async def refresh(self, session_id: str, turns: list[dict[str, Any]] | None = None) -> None:
         """Fetch the pending approvals (an older server without the route has none).
 
@@ -148,12 +157,7 @@ class Approvals:
         are kept: one of a turn that was interrupted is asked again, with a new
         id, when /retry continues it, so answering the old one now would help nobody.
         """
-        try:
-            rows = await api.pending_approvals(self.client, session_id)
-        except OmnigentError as exc:
-            if exc.status_code in (404, 405):
-                return
-            raise
+        rows = await self.fetch(session_id)
         if turns is not None:
             going = {t.get("id") for t in turns if t.get("status") in ("queued", "running", "waiting")}
             rows = [r for r in rows if r.get("turn_id") is None or r.get("turn_id") in going]

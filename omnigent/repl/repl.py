@@ -226,7 +226,10 @@ class Repl:
         turns = await self.client.list_turns(session_id)
         if turns and turns[-1]["status"] == "interrupted":
             if "step" in turns[-1]:  # a server with the agent loop: it says where
-                where = steps.where_stopped(turns[-1]["step"])
+                last = turns[-1]["step"] or {}
+                asking = any(r.get("turn_id") == turns[-1].get("id") and r.get("step") == last.get("step")
+                             for r in await self.approvals.fetch(session_id))
+                where = steps.where_stopped(turns[-1]["step"], asking=asking)
                 self.console.notice(f"The last turn was interrupted (omnigent stopped in the middle of it, "
                                     f"{where}); /retry continues from there.")
             else:

@@ -102,13 +102,17 @@ def not_approved_line(tool: str) -> str:
             f"rerun with --permission-mode auto to allow it")
 
 
-def where_stopped(step: dict[str, Any] | None) -> str:
-    """Where an interrupted turn stopped, from its last step row (None: before its first step)."""
+def where_stopped(step: dict[str, Any] | None, *, asking: bool = False) -> str:
+    """Where an interrupted turn stopped, from its last step row (None: before its first step).
+
+    `asking`: an approval of that step is still pending (the question was on
+    screen when omnigent stopped), whatever the row's own status says.
+    """
     if not step:
         return "waiting for the model"
     tool = clip(str(step.get("tool") or "a tool"), 40)
     if step.get("kind") == "tool":
-        if step.get("status") == "waiting":
+        if step.get("status") == "waiting" or asking and step.get("status") in ("running", "waiting"):
             return f"waiting for approval of {tool}"
         if step.get("status") in ("running", "interrupted"):
             return f"in tool {tool}"

@@ -239,3 +239,50 @@ def test_attach_answers_a_pending_approval_and_one_answered_elsewhere_is_dismiss
             child.close(force=True)
     assert (ws / "first.txt").read_text() == "one\n"
     assert not (ws / "second.txt").exists()
+
+
+def test_a_tree_killed_at_an_approval_resumes_saying_where_and_retry_asks_again(
+    env, workspace, tmp_path, mock_llm_server_url,
+):
+    """SIGKILL of `omnigent run` while its question is on screen: nothing ran; resume says the turn stopped
+    waiting for that approval, and /retry continues from there, asking again."""
+    import os
+    import signal
+
+    model = _model()
+    configure_mock_llm(mock_llm_server_url, [_call("shell", command="echo ran > out.txt"),
+                                             {"text": "FINISHED_AFTER_RETRY"}], key=model)
+    agent = str(_agent(tmp_path, model, "shell"))
+    question = re.escape("Allow shell: echo ran > out.txt? [y]es / [n]o / [a]lways this session")
+
+    def spawn(*args: str) -> pexpect.spawn:
+        return pexpect.spawn(sys.executable, ["-m", "omnigent", "run", agent, *args], env=env,
+                             cwd=str(workspace), encoding="utf-8", codec_errors="replace", timeout=30,
+                             dimensions=(40, 120))
+
+    child = spawn()
+    try:
+        child.expect(PROMPT_READY)
+        submit_prompt(child, "write it")
+        child.expect(question)
+        os.kill(child.pid, signal.SIGKILL)  # the whole tree: server, host and runner with it
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert not (workspace / "out.txt").exists()
+
+    child = spawn("--continue")
+    try:
+        child.expect(re.escape("The last turn was interrupted (omnigent stopped in the middle of it, "
+                               "waiting for approval of shell); /retry continues from there."))
+        child.expect(PROMPT_READY)
+        submit_prompt(child, "/retry")
+        child.expect(question)  # asked again: nothing was decided before the crash
+        child.send("y\r")
+        child.expect("FINISHED_AFTER_RETRY")
+        child.expect(PROMPT_READY)
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert (workspace / "out.txt").read_text() == "ran\n"

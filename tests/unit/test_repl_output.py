@@ -161,3 +161,17 @@ def test_the_repl_shows_each_call_and_result_once_and_no_live_output():
         renderer.event(event)
     assert out.getvalue().splitlines() == ["Let me look.", "  ⚙ shell: ls", "  ↳ a  (+2 lines)", "Two files."]
     assert err.getvalue() == "recovered: step 2 (model): the runner stopped during the model call; it is asked again\n"
+
+
+def test_a_call_shown_in_the_transcript_is_not_announced_again_by_its_events():
+    out, err = io.StringIO(), io.StringIO()
+    renderer = LiveRenderer(Console(tty=False, out=out, err=err))
+    renderer.calls.seen([_call("c1")])  # printed with the transcript on resume
+    renderer.event({"type": ev.TOOL_STARTED, "turn_id": T, "step": 1, "call_id": "c1", "tool": "shell",
+                    "arguments": ARGS})
+    renderer.event({"type": ev.TOOL_DONE, "turn_id": T, "step": 1, "call_id": "c1", "tool": "shell",
+                    "status": "interrupted", "item": _out("c1", "interrupted: the runner stopped")})
+    renderer.event({"type": ev.TOOL_DONE, "turn_id": T, "step": 2, "call_id": "c2", "tool": "shell",
+                    "status": "not_run", "item": _out("c2", "not run: an earlier call was interrupted")})
+    assert out.getvalue().splitlines() == ["  ↳ interrupted: the runner stopped",
+                                           "  ↳ not run: an earlier call was interrupted"]
