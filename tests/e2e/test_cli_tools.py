@@ -241,6 +241,7 @@ def test_attach_answers_a_pending_approval_and_one_answered_elsewhere_is_dismiss
     assert not (ws / "second.txt").exists()
 
 
+@pytest.mark.slow  # two runs and a kill: heavier than the rest
 def test_a_tree_killed_at_an_approval_resumes_saying_where_and_retry_asks_again(
     env, workspace, tmp_path, mock_llm_server_url,
 ):
