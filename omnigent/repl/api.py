@@ -32,6 +32,13 @@ async def post_message(client: OmnigentClient, session_id: str, text: str, *,
     return await client.sessions.post_event(session_id, {"type": "message", "data": data})
 
 
+async def retry(client: OmnigentClient, session_id: str, *, approval_timeout: float | None) -> dict[str, Any]:
+    """Run the last interrupted turn again. The approval timeout goes along for a server that
+    takes it (a turn first posted at a terminal, retried from a pipe, must not wait for an answer)."""
+    return await client.sessions.post_event(session_id, {"type": "retry",
+                                                         "data": {"approval_timeout": approval_timeout}})
+
+
 async def approve(client: OmnigentClient, session_id: str, approval_id: str, decision: str) -> dict[str, Any]:
     """Answer an approval; `ConflictError` (409) when it was answered first elsewhere."""
     if decision not in DECISIONS:

@@ -324,7 +324,7 @@ class Repl:
             # on a terminal an approval waits for its answer; from a pipe nobody can give one
             timeout = None if self.lines.interactive else 0
             posted = await (api.post_message(self.client, session_id, text, approval_timeout=timeout)
-                            if text is not None else self.client.retry(session_id))
+                            if text is not None else api.retry(self.client, session_id, approval_timeout=timeout))
             turn.turn_id = posted["turn_id"]
             trace("POST returned; waiting for terminal event")
             if turn.turn_id in self._outcomes:
