@@ -141,7 +141,9 @@ class Output:
             self._answer.clear()
             self._deltas.clear()
         elif call is not None:
-            self._held.pop(call[0] or "", None)
+            held = self._held.pop(call[0] or "", None)
+            if held is not None and "arguments" not in event:  # a completion: the model's item has them
+                call = held
             self._call(event, *call)
         if result is not None:
             held = self._held.pop(result[0] or "", None)

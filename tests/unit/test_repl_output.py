@@ -175,3 +175,15 @@ def test_a_call_shown_in_the_transcript_is_not_announced_again_by_its_events():
                     "status": "not_run", "item": _out("c2", "not run: an earlier call was interrupted")})
     assert out.getvalue().splitlines() == ["  ↳ interrupted: the runner stopped",
                                            "  ↳ not run: an earlier call was interrupted"]
+
+
+def test_a_call_that_never_started_is_shown_with_its_arguments_and_its_step():
+    events = [{"type": ev.ITEM_DONE, "turn_id": T, "item": _call("c5")},
+              {"type": ev.TOOL_DONE, "turn_id": T, "step": 1, "call_id": "c5", "tool": "shell",
+               "status": "not_approved", "item": _out("c5", "not approved: the permission mode is deny")},
+              {"type": ev.COMPLETED, "turn_id": T, "response": {"output": [_msg("Denied.")]}}]
+    code, out, err = _run("text", events)
+    assert (code, out) == (0, "Denied.\n")
+    assert err.splitlines() == ["  ⚙ shell: ls", "  ↳ not approved: the permission mode is deny"]
+    lines = [json.loads(x) for x in _run("stream-json", events)[1].splitlines()]
+    assert lines[1] == {"type": "tool_call", "call_id": "c5", "tool": "shell", "arguments": ARGS, "step": 1}
