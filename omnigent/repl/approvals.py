@@ -100,6 +100,7 @@ class Approvals:
         self.console = console
         self.lines = lines
         self.can_answer = can_answer and lines.interactive
+        self._watching = not can_answer  # `attach --watch`: others answer; a pipe is told by the refusal
         self.pending: dict[str, dict[str, Any]] = {}
         self.session_id: str | None = None
         self._changed = trio.Event()
@@ -116,7 +117,7 @@ class Approvals:
         approval_id = str(event.get("approval_id"))
         self.pending[approval_id] = event
         self._changed.set()
-        if not self.can_answer:
+        if self._watching:
             self.console.notice(f"approval requested: {question(event).split('? ')[0]}?")
         elif at_prompt:  # the reader is busy with the prompt: the next empty line answers it
             self.console.notice(f"approval requested: {question(event).split('? ')[0]}? (press Enter to answer)")
@@ -162,7 +163,7 @@ class Approvals:
             going = {t.get("id") for t in turns if t.get("status") in ("queued", "running", "waiting")}
             rows = [r for r in rows if r.get("turn_id") is None or r.get("turn_id") in going]
         self.replace(rows)
-        if rows and not self.can_answer:
+        if rows and self._watching:
             for event in self.pending.values():
                 self.console.notice(f"approval pending: {question(event).split('? ')[0]}?")
 
