@@ -13,6 +13,7 @@ event or its stored output item; each is shown once.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ..client import message_text
@@ -62,6 +63,7 @@ def call_line(tool: str, arguments: Any) -> str:
     return f"  {CALL_MARK} {call_summary(tool, arguments)}"
 
 
+_EXIT = re.compile(r"exit code: -?\d+")
 _STATUS_WORDS = {"error": "error", "timeout": "timed out", "refused": "refused", "interrupted": "interrupted",
                  "cancelled": "cancelled", "not_run": "not run", "not_approved": "not approved"}
 
@@ -70,8 +72,14 @@ def result_line(output: Any, status: str | None = None) -> str:
     """The first line of a tool's output (clipped), how many more there are, and its status if not plain."""
     text = neutralise(str(output or "")).strip("\n")
     lines = [line for line in text.splitlines() if line.strip()]
+    exit_code = ""
+    if lines and _EXIT.fullmatch(lines[-1].strip()):  # shell's last line: said at the end, not counted
+        exit_code = " · " + lines.pop().strip().replace(":", "")
+    if lines and lines[0].strip() == "(no output)":
+        lines.pop(0)
     first = clip(lines[0], WIDTH - 20) if lines else "(no output)"
     more = f"  (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
+    more += exit_code
     word = _STATUS_WORDS.get(status or "")
     if word and not first.lower().startswith(word.split()[0]):
         first = f"{word}: {first}"

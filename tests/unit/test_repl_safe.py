@@ -42,7 +42,7 @@ def test_transcripts_and_tables_never_carry_escape_sequences_from_the_store():
              {"type": "function_call_output", "call_id": "c1", "output": "\x1b[31mred\nexit code: 0"}]
     text = transcript(items, plain)
     assert "\x1b" not in text and "\x9b" not in text and "\r" not in text
-    assert "^[[2J" in text and "  ⚙ shell: echo ^[[31m" in text and "  ↳ ^[[31mred  (+1 lines)" in text
+    assert "^[[2J" in text and "  ⚙ shell: echo ^[[31m" in text and "  ↳ ^[[31mred · exit code 0" in text
     table = session_table([{"id": "conv_1", "title": "evil\x1b]0;pwn\x07", "status": "idle", "created_at": 0}])
     assert "\x1b" not in table and "\x07" not in table
     # styling is added after neutralising: the only ESC is omnigent's own SGR
