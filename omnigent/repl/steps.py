@@ -78,7 +78,7 @@ def result_line(output: Any, status: str | None = None) -> str:
     if lines and lines[0].strip() == "(no output)":
         lines.pop(0)
     first = clip(lines[0], WIDTH - 20) if lines else "(no output)"
-    more = f"  (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
+    more = f"  (+{len(lines) - 1} line{'s' if len(lines) > 2 else ''})" if len(lines) > 1 else ""
     more += exit_code
     word = _STATUS_WORDS.get(status or "")
     if word and not first.lower().startswith(word.split()[0]):

@@ -68,7 +68,7 @@ def test_text_prints_only_the_final_answer_on_stdout_and_steps_on_stderr():
     assert out == "Two files.\n"
     assert err.splitlines() == [
         "  ⚙ shell: ls",
-        "  ↳ a  (+1 lines) · exit code 0",
+        "  ↳ a  (+1 line) · exit code 0",
         "recovered: step 2 (model): the runner stopped during the model call; it is asked again",
     ]
 
@@ -159,7 +159,7 @@ def test_the_repl_shows_each_call_and_result_once_and_no_live_output():
     renderer = LiveRenderer(Console(tty=False, out=out, err=err))
     for event in tool_turn():
         renderer.event(event)
-    assert out.getvalue().splitlines() == ["Let me look.", "  ⚙ shell: ls", "  ↳ a  (+1 lines) · exit code 0", "Two files."]
+    assert out.getvalue().splitlines() == ["Let me look.", "  ⚙ shell: ls", "  ↳ a  (+1 line) · exit code 0", "Two files."]
     assert err.getvalue() == "recovered: step 2 (model): the runner stopped during the model call; it is asked again\n"
 
 
