@@ -76,11 +76,40 @@ def cli() -> None:
               help="Use the omnigent server at URL; runners come from this HOME's host daemon for it.")
 @click.option("--token", envvar="OMNIGENT_REMOTE_AUTH_TOKEN", metavar="TOKEN",
               help="Bearer token for --server (default: $OMNIGENT_REMOTE_AUTH_TOKEN).")
+@click.option("--permission-mode", type=click.Choice(["ask", "auto", "deny"]), default=None,
+              help="Side-effecting tools (shell, write_file, edit_file): ask first, run, or refuse. "
+                   "Overrides the agent's `permissions`; with --server, the host's "
+                   "`omnigent host --permissions` still caps it.")
+@click.option("--output-format", type=click.Choice(["text", "json", "stream-json"]), default=None,
+              help="With -p: the answer as text, one JSON object, or JSON lines as it happens.")
 def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_latest, no_session, log,
-        server_url, token) -> None:
-    """Chat with AGENT (a YAML file or directory) in a REPL, or answer one prompt with -p."""
+        server_url, token, permission_mode, output_format) -> None:
+    """Chat with AGENT (a YAML file or directory) in a REPL, or answer one prompt with -p.
+
+    With -p, stdin that is a pipe or a file is sent too, as context before
+    the prompt (`git diff | omnigent run reviewer.yaml -p "review this"`);
+    `-p -` reads the prompt itself from stdin.
+    """
     from .agents import SpecError, bundle_from_spec, load_spec, resolve_auth
 
+    if output_format is not None and prompt is None:
+        raise click.ClickException("--output-format applies to -p only (the REPL prints text)")
+    stdin = None
+    if prompt == "-":
+        from .repl.stdin import StdinError, read_prompt
+
+        try:
+            prompt = read_prompt()
+        except StdinError as exc:
+            raise click.ClickException(str(exc)) from None
+    elif prompt is not None:
+        from .repl.stdin import StdinContext, StdinError, kind, timeout_from_env
+
+        if kind(0) is not None:
+            try:
+                stdin = StdinContext(timeout=timeout_from_env())
+            except StdinError as exc:
+                raise click.ClickException(str(exc)) from None
     if prompt is not None:
         _check_prompt(prompt)
     if server_url is not None:
@@ -116,12 +145,23 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     options = FrontOptions(
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
         resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
-        idle=spare_gate.set,
+        idle=spare_gate.set, permission_mode=permission_mode, output_format=output_format or "text",
+        stdin=stdin,
     )
+
+    def started(run):  # the stdin wait counts from the start of the run: it overlaps start-up
+        async def main():
+            if stdin is not None:
+                stdin.started = trio.current_time()
+            return await run()
+
+        return main
+
     if server_url is not None:
         from .tree.remote import run_remote
 
-        sys.exit(trio.run(partial(run_remote, options, server_url=server_url, token=token, auth=auth)))
+        sys.exit(trio.run(started(partial(run_remote, options, server_url=server_url, token=token,
+                                          auth=auth))))
 
     from .tree.local import run_tree
 
@@ -151,9 +191,15 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
         # The REPL keeps a warm spare runner (~50 MiB) so a crash costs ~0.1 s, not ~0.8 s;
         # it starts once the first turn is done or the REPL waits at a terminal prompt.
         one_shot = prompt is not None
-        code = trio.run(partial(run_tree, handle_sigint=one_shot, runners=1, spares=0 if one_shot else 1,
-                                spare_gate=spare_gate, tuning=tuning),
-                        db_path, make_front)
+        extra = {}
+        if permission_mode is not None:  # the local host's policy: a flag on the machine that runs the tools
+            import inspect
+
+            if "permission_mode" in inspect.signature(run_tree).parameters:
+                extra["permission_mode"] = permission_mode
+        code = trio.run(started(partial(run_tree, db_path, make_front, handle_sigint=one_shot, runners=1,
+                                        spares=0 if one_shot else 1, spare_gate=spare_gate, tuning=tuning,
+                                        **extra)))
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

@@ -9,6 +9,10 @@ loop and one renderer, not two:
 - it shows what other clients do: their messages (`session.input.consumed`
   of a turn that is not ours), their answers, and runner incidents
   (rebinds, retries, interrupted turns);
+- it answers the session's approvals, whoever's turn asked: the pending
+  ones are asked once the replay is shown, and after an answer it follows
+  that turn to its end, asking what else it asks; one that comes while the
+  prompt waits is announced, and an empty line answers it;
 - `--watch` makes it read-only: a line is refused with one notice, and
   nothing is ever posted. Leaving (or being killed) cancels nothing: a turn
   runs to its end whoever watches it.
@@ -34,6 +38,7 @@ from protocol import events as ev
 from ..client import OmnigentClient, OmnigentError, message_text
 from .options import FrontOptions
 from .render import render_item, transcript
+from .safe import neutralise
 from .repl import Repl
 
 NO_SERVER = ("no server to attach to: give --server URL (local `omnigent run` sessions live "
@@ -59,8 +64,8 @@ class Attached(Repl):
 
     def __init__(self, client: OmnigentClient, session_id: str, lines: Any, *, watch: bool) -> None:
         options = FrontOptions(agent_path="", agent_name="", bundle=b"", ephemeral=True)
+        self.watch = watch  # before the REPL's set-up: it decides whether approvals are answered here
         super().__init__(client, options, session_id, lines)
-        self.watch = watch
         self._sent: str | None = None  # the text of our message in flight (not echoed twice)
         self._replay_until = 0  # the newest event when we attached: the replay ends there
         self._rendered = 0
@@ -75,13 +80,15 @@ class Attached(Repl):
             raise
         mode = "watching" if self.watch else "attached to"
         self.console.line(self.console.style.dim(
-            f"{mode} conversation {session_id} ({info.get('agent_name') or 'agent'}) on "
+            f"{mode} conversation {neutralise(session_id)} ({neutralise(info.get('agent_name') or 'agent')}) on "
             f"{self.client.base_url} · Ctrl-D to leave"))
         self._replay_until = info.get("last_sequence_number") or 0
         await self._follow(session_id, 0)  # replay from the log, then live
         with trio.move_on_after(REPLAY_WAIT):  # the replay above the prompt, not under it
             while self._rendered < self._replay_until:
                 await self._progress.wait()
+        # what the replay left pending, as the server has it
+        await self.approvals.refresh(session_id, await self.client.list_turns(session_id))
 
     def _on_event(self, session_id: str, event: dict[str, Any]) -> None:
         if session_id != self.session_id:
@@ -93,6 +100,7 @@ class Attached(Repl):
         if kind == ev.RESYNC:
             self.console.end_line()
             self.console.write(transcript(event["items"], self.console.style))
+            self.renderer.calls.seen(event["items"])
             turns = event["turns"]
             if turns and turns[-1]["status"] in ("queued", "running"):
                 self.console.notice("(a turn is running)")
@@ -104,10 +112,13 @@ class Attached(Repl):
                     self.console.line(shown)
             self._sent = None
         elif kind == ev.TURN_INTERRUPTED:
-            self.console.notice(f"turn interrupted: {event['reason']}")
+            self.console.notice(f"turn interrupted: {neutralise(str(event['reason']))}")
         elif kind == ev.TURN_RETRIED:
             self.console.notice(f"retrying the turn (attempt {event['attempt']})")
         super()._on_event(session_id, event)
+
+    def _can_answer(self) -> bool:
+        return not self.watch
 
     def _ours(self, event: dict[str, Any]) -> bool:
         """Our own message: the terminal shows it already, as the user typed it."""

@@ -29,6 +29,7 @@ class Front:
 
     async def run(self, client: OmnigentClient) -> int:
         from .picker import PickError
+        from .stdin import StdinError
 
         try:
             if self.options.prompt is not None:
@@ -39,8 +40,10 @@ class Front:
             async with open_input(history_path()) as lines:
                 session_id = await self.resolve(client, lines)
                 return await Repl(client, self.options, session_id, lines).run()
-        except (FrontError, OmnigentError, PickError) as exc:
-            print(f"Error: {exc}", file=sys.stderr, flush=True)
+        except (FrontError, OmnigentError, PickError, StdinError) as exc:
+            from .safe import neutralise
+
+            print(f"Error: {neutralise(str(exc))}", file=sys.stderr, flush=True)
             return 1
         except KeyboardInterrupt:  # before the REPL owns Ctrl-C, e.g. while picking
             print(file=sys.stderr, flush=True)
@@ -51,6 +54,8 @@ class Front:
         session_id = await self._find(client, lines)
         if session_id is not None:
             await client.upload_agent(self.options.bundle, session_id=session_id)  # this session only
+            if self.options.permission_mode is not None:  # the flag applies to a resumed session too
+                await client.patch_session(session_id, permission_mode=self.options.permission_mode)
         return session_id
 
     async def _find(self, client: OmnigentClient, lines: LineInput | None) -> str | None:
@@ -80,43 +85,68 @@ class Front:
         return None
 
     async def one_shot(self, client: OmnigentClient, session_id: str | None) -> int:
-        if session_id is None:
-            session_id = (await client.create_session(self.options.bundle, workspace=self.options.workspace,
-                                                      **self.options.session_fields))["id"]
-        if self.options.place is not None:
-            await self.options.place(client, session_id)
+        """Run `-p`: read stdin as context if asked, run one turn, print it as `output_format` says."""
+        from .output import Output
+
+        output = Output(self.options.output_format)
+        try:
+            return await self._one_shot(client, session_id, output)
+        except BaseException as exc:  # an error the front end prints; JSON readers still get their result
+            if output.fmt != "text":
+                failed = isinstance(exc, Exception)  # else Ctrl-C, SIGTERM: the run is being stopped
+                output.finish(status="failed" if failed else "cancelled",
+                              error={"message": str(exc)} if failed else None, quiet=True)
+            raise
+
+    async def _one_shot(self, client: OmnigentClient, session_id: str | None, output) -> int:
+        import trio
+
         from protocol import events as ev
 
-        from .render import no_text_notice, retry_notice
+        from . import api
+        from .stdin import compose
 
-        streamed: list[str] = []  # this attempt's text, kept for a stream that drops mid-answer
+        opts = self.options
+        context = None
+        if opts.stdin is not None:
+            context, note = await opts.stdin.read()
+            if note is not None:
+                print(note, file=sys.stderr, flush=True)
+        text = compose(context, opts.prompt or "")
+        if session_id is None:
+            session_id = (await client.create_session(opts.bundle, **opts.created_fields()))["id"]
+        output.init(session_id)
+        if opts.place is not None:
+            await opts.place(client, session_id)
+
         timeline = ["front.turn_started", "front.first_output"]  # points still to mark
-
-        def on_event(event: dict) -> None:
-            if event["type"] == ev.MODEL_RETRY:
-                print(retry_notice(event), file=sys.stderr, flush=True)
-            elif event["type"] == ev.RESPONSE_CREATED:
-                streamed.clear()
-                if len(timeline) == 2:
-                    mark(timeline.pop(0))
-            elif event["type"] in (ev.TEXT_DELTA, ev.ITEM_DONE) and timeline:
-                mark(timeline.pop())  # the first token, or the whole answer when the model sends no deltas
-            if event["type"] == ev.TEXT_DELTA:
-                streamed.append(event["delta"])
-
+        status, error = "lost", {"code": "stream_closed", "message": "the server closed the event stream mid-turn"}
         mark("front.turn_posting")  # the client/ point nearest "turn dispatched" (not ours to edit)
-        result = await client.run_turn(session_id, self.options.prompt or "", on_event=on_event)
-        if result.status == "completed":
-            completed = next((e for e in reversed(result.events) if e["type"] == ev.COMPLETED), None)
-            notice = no_text_notice(completed["response"].get("output") or ()) if completed else None
-            if notice is not None and not result.text.strip():
-                print(notice, file=sys.stderr, flush=True)  # stdout stays empty: no answer text
-            else:
-                print(result.text, flush=True)
-            mark("front.answer_printed")
-            return 0
-        error = result.error or {}
-        if error.get("code") == "stream_dropped" and streamed:
-            print("".join(streamed), flush=True)  # the partial answer; the error line says it is one
-        print(f"Error: {error.get('message') or result.status}", file=sys.stderr, flush=True)
-        return 1
+        stream = client.sessions.stream(session_id, heartbeats=True)
+        async with stream:
+            await stream.__anext__()  # the greeting heartbeat: subscribed before the message goes
+            started = trio.current_time()
+            # nobody can be asked at a terminal: a call that needs an approval is refused at once
+            posted = await api.post_message(client, session_id, text, approval_timeout=0)
+            turn_id = posted.get("turn_id")
+            async for event in stream:
+                if event.type == ev.HEARTBEAT:
+                    continue
+                if event.turn_id is not None and turn_id is not None and event.turn_id != turn_id:
+                    continue
+                if event.type == ev.RESPONSE_CREATED and len(timeline) == 2:
+                    mark(timeline.pop(0))
+                elif event.type in (ev.TEXT_DELTA, ev.ITEM_DONE) and timeline:
+                    mark(timeline.pop())  # the first token, or the whole answer when the model sends no deltas
+                output.event(event.data)
+                if event.type == ev.COMPLETED:
+                    status, error = "completed", None
+                elif event.type == ev.FAILED:
+                    status, error = "failed", event.data.get("error")
+                elif event.type == ev.CANCELLED:
+                    status, error = "cancelled", None
+                if event.is_terminal:
+                    break
+        code = output.finish(status=status, error=error, duration_ms=(trio.current_time() - started) * 1000)
+        mark("front.answer_printed")
+        return code

@@ -31,3 +31,15 @@ class FrontOptions:
     # called when the REPL has nothing to do for a while: a turn ended, or it waits at a
     # terminal prompt (the local tree starts its warm spare then); may be called repeatedly
     idle: Callable[[], None] | None = None
+    # --permission-mode ask|auto|deny: the mode of a session this run creates (or resumes)
+    permission_mode: str | None = None
+    # -p only: text | json | stream-json (see `repl.output`), and stdin to read as context
+    output_format: str = "text"
+    stdin: Any = None  # a `repl.stdin.StdinContext`, or None when stdin is not to be read
+
+    def created_fields(self) -> dict[str, Any]:
+        """The metadata of a session this run creates: the workspace, --server's fields, the mode."""
+        fields: dict[str, Any] = {"workspace": self.workspace, **self.session_fields}
+        if self.permission_mode is not None:
+            fields["permission_mode"] = self.permission_mode
+        return fields

@@ -2,7 +2,9 @@
 
 Everything here turns data into text; `Console` is the one place that writes,
 so it alone knows whether the input prompt is on screen and must be drawn
-again below late output (a notice, another client's turn).
+again below late output (a notice, another client's turn). Every text that
+came from the model, a tool or the store is `neutralise`d (see `safe`)
+before styling is added, so it cannot drive the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any, TextIO
 from protocol import events as ev
 
 from ..client import message_text
+from . import steps
+from .safe import neutralise
 
 USER_MARK = "› "  # never the prompt glyph: tests wait for that one
 
@@ -37,7 +41,7 @@ class Style:
 
 
 def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = " ".join(neutralise(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -45,14 +49,15 @@ def render_item(item: dict[str, Any], style: Style) -> str | None:
     """One stored or streamed item as display lines (no trailing newline), None if not shown."""
     kind = item.get("type", "message")
     if kind == "message":
-        text = message_text(item)
+        text = neutralise(message_text(item))
         if item.get("role") == "user":
             return style.bold(USER_MARK + text.replace("\n", "\n  "))
         return text if item.get("role") == "assistant" else None
     if kind == "function_call":
-        return style.dim(f"  ⚙ {item.get('name', '?')}({_clip(str(item.get('arguments', '')), 100)})")
+        return style.dim(steps.call_line(str(item.get("name", "?")), item.get("arguments", "")))
     if kind == "function_call_output":
-        return style.dim(f"  ↳ {_clip(str(item.get('output', '')), 100)}")
+        status = item.get("status")
+        return style.dim(steps.result_line(item.get("output", ""), None if status == "completed" else status))
     if kind == "reasoning":
         summary = " ".join(p.get("text", "") for p in item.get("summary") or () if isinstance(p, dict))
         return style.dim(f"  … {_clip(summary, 100)}") if summary else None
@@ -68,7 +73,7 @@ def rebound_notice(event: dict[str, Any]) -> str:
 
 def retry_notice(event: dict[str, Any]) -> str:
     """One line per model retry, e.g. "model error 429 (rate limited); retrying in 1.2 s (attempt 2 of 3)"."""
-    return (f"{event['error']}; retrying in {event['delay']:.1f} s "
+    return (f"{_clip(str(event['error']), 200)}; retrying in {event['delay']:.1f} s "
             f"(attempt {event['attempt']} of {event['attempts']})")
 
 
@@ -83,7 +88,7 @@ def no_text_notice(output: Iterable[dict[str, Any]]) -> str | None:
 
 
 def _short_id(runner_id: str) -> str:
-    return runner_id[:11] + "…"
+    return neutralise(runner_id[:11]) + "…"
 
 
 def _short_cause(cause: str) -> str:
@@ -91,7 +96,7 @@ def _short_cause(cause: str) -> str:
         return cause[len("killed by "):]
     if cause.startswith("exited with code "):
         return "exit code " + cause[len("exited with code "):]
-    return cause.split("; killed by")[0]  # "hung: no answer to pings for 4.0 s"
+    return neutralise(cause.split("; killed by")[0])  # "hung: no answer to pings for 4.0 s"
 
 
 def transcript(items: Iterable[dict[str, Any]], style: Style) -> str:
@@ -104,7 +109,7 @@ def session_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "  No sessions.\n"
     table = [("#", "ID", "Title", "Status", "Created")] + [
-        (str(n), r["id"], _clip(r.get("title") or "(untitled)", 40), r.get("status") or "",
+        (str(n), neutralise(r["id"]), _clip(r.get("title") or "(untitled)", 40), neutralise(r.get("status") or ""),
          time.strftime("%b %d %H:%M", time.localtime(r.get("created_at") or 0)))
         for n, r in enumerate(rows, 1)
     ]
@@ -128,7 +133,8 @@ def age(seconds: float) -> str:
 def picker_list(rows: list[dict[str, Any]], now: float) -> str:
     """Numbered recent conversations: title, age, size, id."""
     table = [(f"{n}.", _clip(r.get("title") or "(untitled)", 40),
-              age(now - (r.get("updated_at") or now)), _count(r.get("message_count", 0), "message"), r["id"])
+              age(now - (r.get("updated_at") or now)), _count(r.get("message_count", 0), "message"),
+              neutralise(r["id"]))
              for n, r in enumerate(rows, 1)]
     widths = [max(len(row[c]) for row in table) for c in range(5)]
     return "".join("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n"
@@ -196,7 +202,7 @@ class Console:
         self.line(self.style.dim(text), err=True)
 
     def error(self, message: str) -> None:
-        self.line(self.style.red(f"Error: {message}"), err=True)
+        self.line(self.style.red(f"Error: {neutralise(message)}"), err=True)  # server text may quote a model
 
     def status(self, state: str) -> None:
         """The idle/busy status line of a terminal session (tests wait for `state: sleeping`)."""
@@ -205,28 +211,47 @@ class Console:
 
 
 class LiveRenderer:
-    """Renders a session's events as they arrive, for any turn, ours or not."""
+    """Renders a session's events as they arrive, for any turn, ours or not.
 
-    def __init__(self, console: Console) -> None:
+    Tool steps take one line per call and one per result (`steps`); a tool's
+    live output is not shown (its result line is). `interactive` says whether
+    someone at a terminal can answer approvals: without one, a call refused
+    for want of an answer gets the stderr line that says how to allow it.
+    """
+
+    def __init__(self, console: Console, *, interactive: bool = True) -> None:
         self.console = console
+        self.interactive = interactive
+        self.calls = steps.Calls()
         self._streamed: set[str] = set()  # turns whose answer arrived as text deltas
         self._shown: set[str] = set()     # turns whose answer is on screen
+        self._cr = False                  # a text delta ended in CR: is it half of a CRLF?
 
     def event(self, event: dict[str, Any]) -> None:
         con, kind, turn_id = self.console, event["type"], event.get("turn_id")
-        if kind == ev.RESPONSE_CREATED:
+        call, result = steps.event_call(event), steps.event_result(event)
+        if result is not None and call is not None and kind == ev.TOOL_DONE:
+            # its call was shown when the model made it (live, or in the transcript on resume)
+            self.calls.tools.setdefault(call[0] or "", call[1])
+            self._line(self.calls.result(*result))
+        elif call is not None:
+            self._line(self.calls.call(*call))
+        elif result is not None:
+            self._line(self.calls.result(*result))
+        elif kind == ev.RESPONSE_CREATED:
             self._streamed.discard(turn_id)
             self._shown.discard(turn_id)
         elif kind == ev.TEXT_DELTA:
             self._streamed.add(turn_id)
-            con.write(event["delta"])
+            con.write(self._delta(event["delta"]))
         elif kind == ev.ITEM_DONE:
             item = event["item"]
             if item.get("type", "message") == "message" and item.get("role") == "assistant":
                 if turn_id in self._streamed:
                     con.end_line()
+                    self._streamed.discard(turn_id)  # the next step's text may not stream
                 else:
-                    con.line(message_text(item))
+                    con.line(neutralise(message_text(item)))
                 self._shown.add(turn_id)
             else:
                 shown = render_item(item, con.style)
@@ -239,12 +264,13 @@ class LiveRenderer:
             if notice is not None:
                 con.notice(notice)
             elif turn_id not in self._shown and turn_id not in self._streamed:
-                con.line("".join(message_text(i) for i in output if i.get("type", "message") == "message"))
+                con.line(neutralise(steps.final_text(list(output))))
             self._forget(turn_id)
         elif kind == ev.MODEL_RETRY:
             con.notice(retry_notice(event))
         elif kind == ev.FAILED:
-            con.error(event["error"].get("message") or event["error"].get("code") or "the turn failed")
+            error = event["error"]
+            con.error(neutralise(str(error.get("message") or error.get("code") or "the turn failed")))
             self._forget(turn_id)
         elif kind == ev.CANCELLED:
             con.notice("(cancelled)")
@@ -252,10 +278,30 @@ class LiveRenderer:
         elif kind == ev.RUNNER_REBOUND:
             con.notice(rebound_notice(event))
         elif kind == ev.RUNNERS_GAVE_UP:
-            con.error(f"runners cannot stay up: {event['reason']}")
+            con.error(f"runners cannot stay up: {neutralise(event['reason'])}")
+        elif kind == ev.STEP_RECOVERED:
+            con.notice(steps.recovered_notice(event))
+        elif kind == ev.APPROVAL_RESOLVED and event.get("decision") == "timeout":
+            tool = str(event.get("tool") or self.calls.tool_of(event.get("call_id")))
+            if self.interactive:
+                con.notice(f"the approval of {steps.clip(tool, 40)} timed out: not approved")
+            else:
+                con.line(steps.not_approved_line(tool), err=True)
         # runner lost: said once, with its replacement, by the rebound notice; if none comes
-        # the turn fails with the reason
+        # the turn fails with the reason. Tool output deltas and usage are not shown live.
+
+    def _line(self, text: str | None) -> None:
+        if text is not None:
+            self.console.line(self.console.style.dim(text))
+
+    def _delta(self, delta: str) -> str:
+        """A text delta neutralised, a CRLF split across two deltas read as one line end."""
+        if self._cr:
+            delta = "\r" + delta
+        self._cr = delta.endswith("\r")
+        return neutralise(delta[:-1] if self._cr else delta)
 
     def _forget(self, turn_id: str | None) -> None:
+        self._cr = False
         self._streamed.discard(turn_id)
         self._shown.discard(turn_id)

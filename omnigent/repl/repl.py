@@ -6,6 +6,12 @@ line, runs it as a slash command or as one turn, and waits for that turn to
 end. A fresh conversation is created lazily, on the first message, so merely
 opening the REPL stores nothing.
 
+Tool steps show one line per call and per result. On a terminal, a call
+that needs an approval is asked (`approvals`), its message posted with no
+approval timeout; from a pipe there is nobody to ask, so messages carry an
+approval timeout of 0 and such a call is refused at once (one stderr line
+says how to allow it).
+
 Exit codes: 0 on Ctrl-D, EOF, /quit or /exit. When stdin is a pipe, 1 if any
 turn failed (so scripts notice) and 130 after Ctrl-C, which in a pipe stops
 the whole run; on a terminal Ctrl-C only cancels the running turn.
@@ -23,6 +29,9 @@ import trio
 from protocol import events as ev
 
 from ..client import OmnigentClient, OmnigentError
+from . import api, steps
+from .approvals import Approvals
+from .rules import permissions_command, usage_command
 from .options import FrontOptions
 from .render import Console, LiveRenderer, session_table, transcript
 from .terminal import PROMPT, LineInput
@@ -36,10 +45,15 @@ Commands:
   /switch            list recent conversations
   /switch <#|id>     resume one of them
   /new               start a new conversation
-  /retry             run the last, interrupted turn again
+  /retry             run the last, interrupted turn again (from the step it stopped at)
+  /permissions       list this session's "always" approvals
+  /permissions revoke <#>  remove one of them
+  /usage             tokens this session used
   /help              this list
   /quit, /exit       leave (Ctrl-D too)
 Ctrl-C cancels a running turn; at the prompt it clears the line.
+A tool call that needs approval asks: y allows it, n refuses it, a allows this
+tool with this command (or path) for the rest of the session.
 """
 
 
@@ -59,11 +73,14 @@ class Repl:
         self.session_id = session_id  # the attached conversation; None until the first message
         self.lines = lines
         self.console = Console(tty=lines.interactive, shown_prompt=lines.shown_prompt)
-        self.renderer = LiveRenderer(self.console)
+        self.renderer = LiveRenderer(self.console, interactive=lines.interactive)
+        self.approvals = Approvals(client, self.console, lines, can_answer=self._can_answer())
+        self._at_prompt = False  # the terminal reader is showing the input prompt
         self._last_session: str | None = None
         self._bound: str | None = None  # the session whose runner binding was seen to
         self._turn: _Turn | None = None
         self._outcomes: dict[str, dict[str, Any]] = {}  # terminal events of our turn, by turn id
+        self._ended: set[str] = set()  # turns of the attached session seen to end
         self._pump: trio.CancelScope | None = None
         self._main = trio.CancelScope()
         self._quit = False
@@ -102,8 +119,14 @@ class Repl:
             self.console.end_line()
             if self.lines.interactive and self.options.idle is not None:
                 self.options.idle()  # a person types for seconds: the warm spare may start now
+            if self.approvals.pending:  # before the prompt, while the reader is free
+                await self._join(await self.approvals.answer_pending())
             try:
-                line = (await self.lines.read(PROMPT)).strip()
+                self._at_prompt = True
+                try:
+                    line = (await self.lines.read(PROMPT)).strip()
+                finally:
+                    self._at_prompt = False
             except EOFError:
                 if self.console.tty:
                     self.console.write("\n")  # readline leaves the cursor after the prompt
@@ -142,6 +165,10 @@ class Repl:
         elif name == "/new":
             self._detach()
             self.console.line("  New conversation: it starts with your next message.")
+        elif name == "/permissions":
+            await self._permissions(arg)
+        elif name == "/usage":
+            await self._usage()
         elif name == "/retry":
             if self.session_id is None:
                 self.console.line("  Nothing to retry yet.")
@@ -170,6 +197,21 @@ class Repl:
             return
         await self._attach(arg, info)
 
+    def _can_answer(self) -> bool:
+        return True
+
+    async def _permissions(self, arg: str) -> None:
+        if self.session_id is None:
+            self.console.line("  No conversation yet: it starts with your first message.")
+            return
+        await permissions_command(self.client, self.console, self.session_id, arg)
+
+    async def _usage(self) -> None:
+        if self.session_id is None:
+            self.console.line("  No conversation yet: it starts with your first message.")
+            return
+        await usage_command(self.client, self.console, self.session_id)
+
     # --- the attached conversation ------------------------------------------
 
     async def _attach(self, session_id: str, info: dict[str, Any] | None = None) -> None:
@@ -180,20 +222,32 @@ class Repl:
         items = await self.client.list_items(session_id)
         self.console.line(f"Resumed conversation {session_id}")
         self.console.write(transcript(items, self.console.style))
+        self.renderer.calls.seen(items)
         turns = await self.client.list_turns(session_id)
         if turns and turns[-1]["status"] == "interrupted":
-            self.console.notice("The last turn was interrupted (omnigent stopped in the middle of it); "
-                                "/retry runs it again.")
+            if "step" in turns[-1]:  # a server with the agent loop: it says where
+                last = turns[-1]["step"] or {}
+                asking = any(r.get("turn_id") == turns[-1].get("id") and r.get("step") == last.get("step")
+                             for r in await self.approvals.fetch(session_id))
+                where = steps.where_stopped(turns[-1]["step"], asking=asking)
+                self.console.notice(f"The last turn was interrupted (omnigent stopped in the middle of it, "
+                                    f"{where}); /retry continues from there.")
+            else:
+                self.console.notice("The last turn was interrupted (omnigent stopped in the middle of it); "
+                                    "/retry runs it again.")
+        await self.approvals.refresh(session_id, turns)
 
     def _detach(self) -> None:
         if self._pump is not None:
             self._pump.cancel()
         self._pump = None
         self.session_id = None
+        self.approvals.reset(None)
 
     async def _follow(self, session_id: str, after: int) -> None:
         self._detach()
         self.session_id = session_id  # before the pump starts, or its first events are dropped
+        self.approvals.reset(session_id)
         try:
             self._pump = await self._nursery.start(self._pump_events, session_id, after)
         except OmnigentError:
@@ -230,7 +284,13 @@ class Repl:
         if session_id != self.session_id:
             return  # a detached conversation's straggler: never show another's text
         self.renderer.event(event)
+        if event["type"] == ev.APPROVAL_REQUESTED:
+            self.approvals.requested(event, at_prompt=self._at_prompt)
+        elif event["type"] == ev.APPROVAL_RESOLVED:
+            self.approvals.resolved(event)
         turn, turn_id = self._turn, event.get("turn_id")
+        if event["type"] in ev.TERMINAL_EVENTS and turn_id:
+            self._ended.add(turn_id)
         if turn is None or turn.turn_id not in (None, turn_id):
             return
         if event["type"] in ev.TERMINAL_EVENTS:
@@ -249,9 +309,7 @@ class Repl:
         try:
             if self.session_id is None:
                 trace("POST /v1/sessions multipart bundle")
-                info = await self.client.create_session(self.options.bundle,
-                                                        workspace=self.options.workspace,
-                                                        **self.options.session_fields)
+                info = await self.client.create_session(self.options.bundle, **self.options.created_fields())
                 trace(f"session created id={info['id']!r}")
                 await self._follow(info["id"], info["last_sequence_number"])
             session_id = self.session_id
@@ -263,15 +321,17 @@ class Repl:
                 self.console.notice("(cancelled)")
                 return
             trace(f"POST /events session={session_id}")
-            posted = await (self.client.post_message(session_id, text) if text is not None
-                            else self.client.retry(session_id))
+            # on a terminal an approval waits for its answer; from a pipe nobody can give one
+            timeout = None if self.lines.interactive else 0
+            posted = await (api.post_message(self.client, session_id, text, approval_timeout=timeout)
+                            if text is not None else api.retry(self.client, session_id, approval_timeout=timeout))
             turn.turn_id = posted["turn_id"]
             trace("POST returned; waiting for terminal event")
             if turn.turn_id in self._outcomes:
                 turn.done.set()
             elif turn.cancel_requested:
                 self._nursery.start_soon(self._interrupt)
-            await turn.done.wait()
+            await self._wait(turn)
             outcome = self._outcomes.pop(turn.turn_id, None)
             if outcome is None:
                 self.console.notice("stopped waiting; the turn may still finish")
@@ -283,6 +343,32 @@ class Repl:
             self.console.status("sleeping")
             if self.options.idle is not None:
                 self.options.idle()  # the first turn no longer competes with the warm spare
+
+    async def _join(self, turn_ids: list[str]) -> None:
+        """Follow turns (another client's) whose approval was just answered here, as if ours, to their end.
+
+        So the next approval they ask is asked here too, and the prompt comes
+        back once they are done; Ctrl-C cancels them as it would our own.
+        """
+        for turn_id in dict.fromkeys(turn_ids):
+            if turn_id in self._ended or self.session_id is None:
+                continue
+            turn = self._turn = _Turn(turn_id=turn_id)
+            self.console.status("running")
+            try:
+                await self._wait(turn)
+            finally:
+                self._turn = None
+                self._outcomes.clear()
+                self.console.status("sleeping")
+
+    async def _wait(self, turn: _Turn) -> None:
+        """Until the turn ends, answering its approvals (and any other) as they come."""
+        async with trio.open_nursery() as nursery:
+            if self.approvals.can_answer:
+                nursery.start_soon(self.approvals.keep_answering)
+            await turn.done.wait()
+            nursery.cancel_scope.cancel()
 
     async def _bind(self, session_id: str) -> None:
         """Bind an online runner now, so the first answer does not wait for one (and it shows)."""

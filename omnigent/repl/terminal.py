@@ -10,6 +10,15 @@ While readline waits, the terminal's interrupt character is switched off
 (readline forces ISIG on, so that is the only way), and Ctrl-C reaches readline
 as a key that clears the line; during a turn Ctrl-C is a SIGINT for the REPL.
 
+An approval answer (`ask`) goes through the same thread, so no second
+reader ever competes for the terminal. It is read in the terminal's own
+canonical mode (the kernel echoes and edits the line) with `poll` on the
+terminal and on a wake-up pipe, after discarding what was typed ahead (an
+answer is given to the question on screen, never to one not yet asked), so
+that, unlike `input()`, it can be dismissed: when another client answered the approval first, or the turn
+ended, the trio side writes to the pipe, the thread discards what was typed
+(`tcflush`) and returns. Ctrl-C stays a SIGINT there: it cancels the turn.
+
 From a pipe, lines are split off a trio FdStream: no thread.
 """
 
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import sys
 import termios
 import threading
@@ -36,6 +46,9 @@ class LineInput(Protocol):
 
     async def read(self, prompt: str, *, remember: bool = True) -> str:
         """The next line without its newline; EOFError at the end of input."""
+
+    async def ask(self, prompt: str) -> str | None:
+        """One answer typed at a terminal (None at EOF); cancelling it dismisses the prompt."""
 
     def shown_prompt(self) -> str | None:
         """The prompt and typed text while a line is being read, else None."""
@@ -58,9 +71,12 @@ class TtyInput:
         self._fd = fd
         self._history = history
         self._token = trio.lowlevel.current_trio_token()
-        self._asks_in, self._asks = trio.open_memory_channel[str](0)
+        self._asks_in, self._asks = trio.open_memory_channel[tuple[str, str]](0)  # (kind, prompt)
         self._lines_in, self._lines = trio.open_memory_channel[str | None](0)
         self._prompt: str | None = None
+        self._answering = False  # the prompt shown is an `ask`, not readline's
+        self._wake_r, self._wake_w = os.pipe()  # dismisses an `ask` (see module doc)
+        os.set_blocking(self._wake_r, False)
         self._intr = termios.tcgetattr(fd)[6][termios.VINTR]
         self._no_char = bytes([os.fpathconf(fd, "PC_VDISABLE")])
         readline.set_auto_history(False)
@@ -79,10 +95,29 @@ class TtyInput:
 
     def shown_prompt(self) -> str | None:
         prompt = self._prompt
-        return None if prompt is None else prompt + self._rl.get_line_buffer()
+        if prompt is None or self._answering:
+            return prompt  # what is typed at an `ask` is in the kernel's line buffer, not readable
+        return prompt + self._rl.get_line_buffer()
+
+    async def ask(self, prompt: str) -> str | None:
+        await self._asks_in.send(("answer", prompt))
+        try:
+            return await self._lines.receive()
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                try:
+                    os.write(self._wake_w, b"x")
+                except OSError:
+                    pass
+                await self._lines.receive()  # the thread's answer or its dismissal: the channel stays in step
+                try:
+                    os.read(self._wake_r, 64)  # a wake-up the thread had no need of
+                except (BlockingIOError, OSError):
+                    pass
+            raise
 
     async def read(self, prompt: str, *, remember: bool = True) -> str:
-        await self._asks_in.send(prompt)
+        await self._asks_in.send(("line", prompt))
         line = await self._lines.receive()
         if line is None:
             raise EOFError
@@ -102,9 +137,16 @@ class TtyInput:
         """The reader thread: one input() per prompt the REPL asks for."""
         while True:
             try:
-                prompt = trio.from_thread.run(self._asks.receive, trio_token=self._token)
+                kind, prompt = trio.from_thread.run(self._asks.receive, trio_token=self._token)
             except (trio.Cancelled, trio.RunFinishedError):
                 return
+            if kind == "answer":
+                line = self._answer(prompt)
+                try:
+                    trio.from_thread.run(self._lines_in.send, line, trio_token=self._token)
+                except (trio.Cancelled, trio.RunFinishedError):
+                    return
+                continue
             self._set_intr(False)
             self._prompt = prompt
             try:
@@ -118,6 +160,44 @@ class TtyInput:
                 trio.from_thread.run(self._lines_in.send, line, trio_token=self._token)
             except (trio.Cancelled, trio.RunFinishedError):
                 return
+
+    def _answer(self, prompt: str) -> str | None:
+        """In the reader thread: one line in canonical mode, or None at EOF or when dismissed."""
+        try:
+            try:  # what was typed ahead during the turn is not an answer to a question not yet asked
+                termios.tcflush(self._fd, termios.TCIFLUSH)
+            except termios.error:
+                pass
+            sys.stdout.write(prompt)
+            sys.stdout.flush()
+            self._prompt, self._answering = prompt, True
+            poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+            poller.register(self._wake_r, select.POLLIN)
+            while True:
+                ready = {fd for fd, _ in poller.poll()}
+                if self._wake_r in ready:
+                    try:
+                        os.read(self._wake_r, 64)
+                    except (BlockingIOError, OSError):
+                        pass
+                    try:
+                        termios.tcflush(self._fd, termios.TCIFLUSH)  # what was typed at the dismissed prompt
+                    except termios.error:
+                        pass
+                    sys.stdout.write("\n")
+                    sys.stdout.flush()
+                    return None
+                if self._fd in ready:
+                    try:
+                        data = os.read(self._fd, 4096)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        return None
+                    return data.decode("utf-8", "replace").rstrip("\r\n") if data else None
+        finally:
+            self._prompt, self._answering = None, False
 
     def _set_intr(self, on: bool) -> None:
         if not sys.stdout.isatty():
@@ -140,6 +220,9 @@ class PipeInput:
 
     def shown_prompt(self) -> None:
         return None
+
+    async def ask(self, prompt: str) -> str | None:
+        return None  # nobody at a pipe can answer
 
     async def read(self, prompt: str, *, remember: bool = True) -> str:
         while b"\n" not in self._buf and not self._eof:
