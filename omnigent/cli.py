@@ -292,9 +292,12 @@ def server(host: str, port: int, runners: int, token: str | None, allow_hosts: t
 @click.option("--foreground", is_flag=True, help="Stay in this process, logging to stderr too.")
 @click.option("--token", envvar="OMNIGENT_REMOTE_AUTH_TOKEN", metavar="TOKEN",
               help="Bearer token to register this host (default: $OMNIGENT_REMOTE_AUTH_TOKEN).")
+@click.option("--permissions", type=click.Choice(["ask", "auto", "deny"]), default="ask", show_default=True,
+              help="The most this host's tools may do: ask before each side-effecting call, auto (run all), "
+                   "deny (run none).")
 @click.option("--log-file", type=click.Path(path_type=Path), hidden=True)
 @click.pass_context
-def host(ctx: click.Context, server_url, roots, idle_exit, foreground, token, log_file) -> None:
+def host(ctx: click.Context, server_url, roots, idle_exit, foreground, token, permissions, log_file) -> None:
     """Run the host daemon for --server URL: it launches runners there when the server asks."""
     if ctx.invoked_subcommand is not None:
         return
@@ -303,7 +306,8 @@ def host(ctx: click.Context, server_url, roots, idle_exit, foreground, token, lo
     from .host.commands import run_host
 
     sys.exit(run_host(_check_server_url(server_url), roots=[str(r.absolute()) for r in roots],
-                      idle_exit=idle_exit, foreground=foreground, token=token, log_file=log_file))
+                      idle_exit=idle_exit, foreground=foreground, token=token, log_file=log_file,
+                      permissions=permissions))
 
 
 @host.command("status")

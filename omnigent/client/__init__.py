@@ -38,7 +38,7 @@ from ._events import (
 )
 from ._files import FilesNamespace, SessionFiles
 from ._hosts import HostsNamespace
-from ._sessions import SessionsNamespace
+from ._sessions import NOT_GIVEN, SessionsNamespace
 from ._stream import SessionStream
 from ._types import File, Host, HostCredential, LaunchedRunner, QueryResult, Session, SessionListItem
 from .client import OmnigentClient, RunnersNamespace, TurnResult
@@ -46,7 +46,7 @@ from .client import OmnigentClient, RunnersNamespace, TurnResult
 __all__ = [
     "APIConnectionError", "APIStatusError", "AuthenticationError", "ConflictError", "Event", "File",
     "FilesNamespace", "Heartbeat", "Host", "HostCredential", "HostsNamespace", "InputConsumed",
-    "InvalidInputError", "ItemDone", "LaunchedRunner", "NotFoundError", "OmnigentClient",
+    "InvalidInputError", "ItemDone", "LaunchedRunner", "NOT_GIVEN", "NotFoundError", "OmnigentClient",
     "OmnigentError", "ProtocolError", "QueryResult", "ResponseCancelled", "ResponseCompleted",
     "ResponseCreated", "ResponseFailed", "Resync", "RunnerLost", "RunnerRebound", "RunnersNamespace",
     "ServerError", "Session", "SessionFiles", "SessionListItem", "SessionStatus", "SessionStream",

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._errors import ProtocolError, TurnFailedError
 from ._events import Event, Heartbeat, ItemDone, ResponseCompleted, ResponseCreated, TextDelta, message_text
-from ._sessions import SessionsNamespace, user_message
+from ._sessions import NOT_GIVEN, SessionsNamespace, user_message
 from ._types import File, QueryResult, Session
 
 
@@ -52,10 +52,14 @@ class SessionsChat:
         self._upload = files_uploader
         self._get_file = files_getter
 
-    async def send(self, input: str | list[dict[str, Any]], *,
-                   files: list[str] | None = None) -> AsyncIterator[Event]:
-        """Post one user message and yield its turn's events, ending with the terminal one."""
-        content: list[dict[str, Any]] = user_message(input)["data"]["content"]
+    async def send(self, input: str | list[dict[str, Any]], *, files: list[str] | None = None,
+                   approval_timeout: float | None = NOT_GIVEN) -> AsyncIterator[Event]:
+        """Post one user message and yield its turn's events, ending with the terminal one.
+
+        `approval_timeout`: see `user_message` (not given: the server's default).
+        """
+        message = user_message(input, approval_timeout=approval_timeout)
+        content: list[dict[str, Any]] = message["data"]["content"]
         for path in files or ():
             if self._upload is None:
                 raise TypeError("files= needs a files_uploader")
@@ -66,9 +70,7 @@ class SessionsChat:
             first = await stream.__anext__()
             if not isinstance(first, Heartbeat):  # the server always greets with one
                 raise ProtocolError(f"stream {self.session_id}: expected a heartbeat first, got {first.type}")
-            posted = await self._sessions.post_event(self.session_id, {"type": "message",
-                                                                        "data": {"role": "user",
-                                                                                 "content": content}})
+            posted = await self._sessions.post_event(self.session_id, message)
             turn_id = posted.get("turn_id")
             async for event in stream:
                 if isinstance(event, Heartbeat):
@@ -79,11 +81,12 @@ class SessionsChat:
                 if event.is_terminal:
                     return
 
-    async def query(self, input: str | list[dict[str, Any]], *, files: list[str] | None = None) -> QueryResult:
+    async def query(self, input: str | list[dict[str, Any]], *, files: list[str] | None = None,
+                    approval_timeout: float | None = NOT_GIVEN) -> QueryResult:
         """Run one turn and return its answer; a failed turn raises `TurnFailedError`."""
         text = TurnText()
         turn_id = None
-        async for event in self.send(input, files=files):
+        async for event in self.send(input, files=files, approval_timeout=approval_timeout):
             turn_id = event.turn_id or turn_id
             text.add(event)
             if event.type == "response.failed":

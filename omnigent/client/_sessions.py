@@ -17,15 +17,34 @@ from ._stream import SessionStream
 from ._types import Session, SessionListItem
 
 
+class _NotGiven:
+    """The default of `approval_timeout=`: not sent, so the server's default applies (None is a value)."""
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN: Any = _NotGiven()
+
+
 def _path(session_id: str, tail: str = "") -> str:
     return f"/v1/sessions/{quote(session_id, safe='')}{tail}"
 
 
-def user_message(content: str | builtins.list[dict[str, Any]]) -> dict[str, Any]:
-    """The `message` event for a user turn; a string becomes one `input_text` part."""
+def user_message(content: str | builtins.list[dict[str, Any]], *,
+                 approval_timeout: float | None = NOT_GIVEN) -> dict[str, Any]:
+    """The `message` event for a user turn; a string becomes one `input_text` part.
+
+    `approval_timeout`: how long an approval of this turn waits for an answer
+    (seconds; 0 refuses at once; None waits until answered); not given, the
+    server's default (`OMNIGENT_APPROVAL_TIMEOUT`, 10 min).
+    """
     if isinstance(content, str):
         content = [{"type": "input_text", "text": content}]
-    return {"type": "message", "data": {"role": "user", "content": content}}
+    data: dict[str, Any] = {"role": "user", "content": content}
+    if approval_timeout is not NOT_GIVEN:
+        data["approval_timeout"] = approval_timeout
+    return {"type": "message", "data": data}
 
 
 class SessionsNamespace:
@@ -34,10 +53,15 @@ class SessionsNamespace:
 
     async def create(self, bundle: bytes, *, filename: str = "agent.tar.gz", title: str | None = None,
                      labels: dict[str, str] | None = None, reasoning_effort: str | None = None,
-                     workspace: str | None = None) -> Session:
-        """Upload an agent bundle (a gzip tarball, see `omnigent.cli._bundle`) and start a session on it."""
+                     workspace: str | None = None, permission_mode: str | None = None) -> Session:
+        """Upload an agent bundle (a gzip tarball, see `omnigent.cli._bundle`) and start a session on it.
+
+        `permission_mode` (ask | auto | deny) can only make the session stricter
+        than the host that runs its tools allows.
+        """
         meta = {k: v for k, v in {"title": title, "labels": labels, "reasoning_effort": reasoning_effort,
-                                  "workspace": workspace}.items() if v is not None}
+                                  "workspace": workspace, "permission_mode": permission_mode}.items()
+                if v is not None}
         created = await self.create_raw(bundle, filename=filename, **meta)
         return await self.get(created["session_id"])
 
@@ -60,7 +84,7 @@ class SessionsNamespace:
         return [SessionListItem.from_dict(row) for row in body["data"]]
 
     async def update(self, session_id: str, **fields: Any) -> Session:
-        """`PATCH` any of `title`, `reasoning_effort`, `model_override`, `runner_id`."""
+        """`PATCH` any of `title`, `reasoning_effort`, `model_override`, `runner_id`, `permission_mode`."""
         return Session.from_dict(await self._t.request("PATCH", _path(session_id), json=fields))
 
     async def bind_runner(self, session_id: str, *, runner_id: str) -> Session:
@@ -93,12 +117,36 @@ class SessionsNamespace:
             after = page["last_id"]
 
     async def post_event(self, session_id: str, event: dict[str, Any]) -> dict[str, Any]:
-        """Post a `message`, `interrupt` or `retry` event; returns the server's 202 body."""
+        """Post a `message`, `interrupt`, `retry` or `approval` event; returns the server's body."""
         return await self._t.request("POST", _path(session_id, "/events"), json=event)
 
-    async def send_message(self, session_id: str, content: str | builtins.list[dict[str, Any]]) -> dict[str, Any]:
-        """Queue a user message: `{queued, item_id, turn_id}`. Follow it with `stream`."""
-        return await self.post_event(session_id, user_message(content))
+    async def send_message(self, session_id: str, content: str | builtins.list[dict[str, Any]], *,
+                           approval_timeout: float | None = NOT_GIVEN) -> dict[str, Any]:
+        """Queue a user message: `{queued, item_id, turn_id}`. Follow it with `stream`.
+
+        `approval_timeout`: see `user_message` (not given: the server's default).
+        """
+        return await self.post_event(session_id, user_message(content, approval_timeout=approval_timeout))
+
+    async def approve(self, session_id: str, approval_id: str, decision: str) -> dict[str, Any]:
+        """Answer a pending approval: "allow", "deny" or "always" (this tool with this exact
+        command or path, for the rest of the session). The first answer wins: a later one
+        raises `ConflictError` (code `already_resolved`). Returns `{approval_id, decision, status}`."""
+        return await self.post_event(session_id, {"type": "approval",
+                                                  "data": {"approval_id": approval_id, "decision": decision}})
+
+    async def approvals(self, session_id: str, status: str | None = None) -> builtins.list[dict[str, Any]]:
+        """The session's approvals, oldest first; `status="pending"` for those waiting for an answer."""
+        params = {"status": status} if status is not None else None
+        return (await self._t.request("GET", _path(session_id, "/approvals"), params=params))["data"]
+
+    async def permissions(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        """The session's "always" rules: `{id, tool, target, created_at}`, oldest first."""
+        return (await self._t.request("GET", _path(session_id, "/permissions")))["data"]
+
+    async def revoke(self, session_id: str, rule_id: str) -> None:
+        """Remove one "always" rule (`NotFoundError` when the session has no such rule)."""
+        await self._t.request("DELETE", _path(session_id, f"/permissions/{quote(rule_id, safe='')}"))
 
     async def interrupt(self, session_id: str) -> dict[str, Any]:
         """Cancel the running turn, if any (idempotent)."""
@@ -110,4 +158,4 @@ class SessionsNamespace:
         return SessionStream(self._t, session_id, after, heartbeats=heartbeats, reconnect=reconnect)
 
 
-__all__ = ["SessionsNamespace", "message_text", "user_message"]
+__all__ = ["NOT_GIVEN", "SessionsNamespace", "message_text", "user_message"]

@@ -35,6 +35,7 @@ class SessionListItem:
     host_id: str | None = None
     reasoning_effort: str | None = None
     workspace: str | None = None
+    permission_mode: str | None = None  # ask | auto | deny; None: the agent spec's
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -56,6 +57,8 @@ class Session(SessionListItem):
     model_override: str | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
     last_sequence_number: int | None = None
+    # summed over the session's turns: {input_tokens, output_tokens, total_tokens, turns}
+    usage: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

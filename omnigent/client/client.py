@@ -30,7 +30,7 @@ from ._events import message_text, parse_event
 from ._files import FilesNamespace
 from ._hosts import HostsNamespace
 from ._http import Transport
-from ._sessions import SessionsNamespace
+from ._sessions import NOT_GIVEN, SessionsNamespace
 
 
 class RunnersNamespace:
@@ -82,8 +82,10 @@ class OmnigentClient:
     # --- the CLI's dict-level calls ----------------------------------------
 
     async def create_session(self, bundle: bytes, *, filename: str = "agent.tar.gz",
-                             **metadata: Any) -> dict[str, Any]:
-        created = await self.sessions.create_raw(bundle, filename=filename, **metadata)
+                             permission_mode: str | None = None, **metadata: Any) -> dict[str, Any]:
+        """`permission_mode` (ask | auto | deny; None: the spec's) is the session's own mode."""
+        created = await self.sessions.create_raw(bundle, filename=filename, permission_mode=permission_mode,
+                                                 **metadata)
         return await self.get_session(created["session_id"])
 
     async def upload_agent(self, bundle: bytes, *, filename: str = "agent.tar.gz",
@@ -113,8 +115,12 @@ class OmnigentClient:
     async def bind_runner(self, session_id: str, runner_id: str) -> dict[str, Any]:
         return await self.patch_session(session_id, runner_id=runner_id)
 
-    async def post_message(self, session_id: str, text: str) -> dict[str, Any]:
-        return await self.sessions.send_message(session_id, text)
+    async def post_message(self, session_id: str, text: str, *,
+                           approval_timeout: float | None = NOT_GIVEN) -> dict[str, Any]:
+        return await self.sessions.send_message(session_id, text, approval_timeout=approval_timeout)
+
+    async def approve(self, session_id: str, approval_id: str, decision: str) -> dict[str, Any]:
+        return await self.sessions.approve(session_id, approval_id, decision)
 
     async def interrupt(self, session_id: str) -> dict[str, Any]:
         return await self.sessions.interrupt(session_id)
@@ -165,11 +171,15 @@ class OmnigentClient:
                 await gen.aclose()
 
     async def run_turn(self, session_id: str, text: str, *,
-                       on_event: Callable[[dict[str, Any]], None] | None = None) -> TurnResult:
-        """Send a message and follow its turn to the end, reporting every event on the way."""
+                       on_event: Callable[[dict[str, Any]], None] | None = None,
+                       approval_timeout: float | None = NOT_GIVEN) -> TurnResult:
+        """Send a message and follow its turn to the end, reporting every event on the way.
+
+        `approval_timeout=0` for a caller that cannot ask anyone (`-p` without a terminal).
+        """
         chat = SessionsChat(namespace=self.sessions, session=session_id)
         result = TurnResult(turn_id="", status="lost")
-        return await _collect(chat.send(text), result, on_event)
+        return await _collect(chat.send(text, approval_timeout=approval_timeout), result, on_event)
 
 
 @dataclass

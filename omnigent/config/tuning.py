@@ -1,13 +1,15 @@
 """Recovery timing knobs, from the environment, checked before anything starts.
 
 Defaults catch a hung runner within ~6 s, let a turn cost up to
-5 runners (lost mid-turn) before it fails with `runner_lost`, and let a message
-wait 30 s for a runner. Tests and unusual deployments (slow machines, long
-model calls that block a runner's loop) change them.
+5 runners (lost mid-turn) before it fails with `runner_lost`, let a message
+wait 30 s for a runner and an approval 10 min for an answer. Tests and
+unusual deployments (slow machines, long model calls that block a runner's
+loop) change them.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +29,9 @@ class Tuning:
     # runner to reconnect and claim it before it is dispatched again
     adopt_grace: float = 10.0
     runner_idle_timeout: float = 3600.0  # a daemon's runner nobody uses ends after this long
+    # how long an approval waits for an answer when the message did not say (a session driven
+    # through the API); then the call counts as not approved
+    approval_timeout: float = 600.0
 
 
 _VARS = {
@@ -37,6 +42,7 @@ _VARS = {
     "OMNIGENT_HOST_GRACE": ("host_grace", float),
     "OMNIGENT_ADOPT_GRACE": ("adopt_grace", float),
     "OMNIGENT_RUNNER_IDLE_TIMEOUT": ("runner_idle_timeout", float),
+    "OMNIGENT_APPROVAL_TIMEOUT": ("approval_timeout", float),
 }
 
 
@@ -51,6 +57,8 @@ def tuning_from_env(environ: Mapping[str, str] = os.environ) -> Tuning:
             value = kind(raw)
         except ValueError:
             raise ValueError(f"{var} must be a {'whole ' if kind is int else ''}number, not {raw!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{var} must be a finite number, not {raw!r}")
         if value <= 0:
             raise ValueError(f"{var} must be greater than 0, not {raw!r}")
         values[field] = value

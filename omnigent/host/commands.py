@@ -13,14 +13,20 @@ from pathlib import Path
 import click
 import trio
 
+from .env import TOOL_POLICIES
+
 
 def _home() -> Path:
     return Path(os.environ.get("HOME") or Path.home())
 
 
 def run_host(server_url: str, *, roots: list[str], idle_exit: float | None, foreground: bool,
-             token: str | None, log_file: Path | None) -> int:
-    """`omnigent host --server URL`: detach a daemon (default), or be it (`--foreground`, or spawned)."""
+             token: str | None, log_file: Path | None, permissions: str = "ask") -> int:
+    """`omnigent host --server URL`: detach a daemon (default), or be it (`--foreground`, or spawned).
+
+    `permissions` (ask | auto | deny) is the most the tools of this host's runners may do. A
+    daemon that already runs keeps its own: this says so (exit 1) rather than restart it.
+    """
     from ..config.tuning import tuning_from_env
     from .daemon import DaemonConfig, main
     from .daemon_client import DaemonError, ensure_daemon, find_daemon, register_host
@@ -30,8 +36,10 @@ def run_host(server_url: str, *, roots: list[str], idle_exit: float | None, fore
         idle_timeout = tuning_from_env().runner_idle_timeout
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    if permissions not in TOOL_POLICIES:
+        raise click.ClickException(f"--permissions must be one of {', '.join(TOOL_POLICIES)}, not {permissions!r}")
     config = DaemonConfig(server_url=server_url, home=_home(), workspace_roots=roots, idle_exit=idle_exit,
-                          log_path=log_file, idle_timeout=idle_timeout)
+                          log_path=log_file, idle_timeout=idle_timeout, permissions=permissions)
     paths = records.Paths.of(config.home, server_url)
     if log_file is not None:  # spawned by ensure_daemon: stdout/stderr already are this log
         return main(config, foreground_echo=False)
@@ -50,14 +58,20 @@ def run_host(server_url: str, *, roots: list[str], idle_exit: float | None, fore
 
     async def detach() -> int:
         running = await find_daemon(paths)
+        if running is not None and running.permissions != permissions:
+            click.echo(f"Error: host daemon pid {running.pid} already runs for {paths.server_url} with "
+                       f"--permissions {running.permissions}, not {permissions}; stop it first "
+                       f"(`omnigent host stop --server {paths.server_url}`) to change that", err=True)
+            return 1
         if running is not None:
             click.echo(f"host daemon pid {running.pid} already runs for {paths.server_url} "
-                       f"(host {running.host_id}); `omnigent host stop --server {paths.server_url}` stops it")
+                       f"(host {running.host_id}, permissions {running.permissions}); "
+                       f"`omnigent host stop --server {paths.server_url}` stops it")
             return 0
         info = await ensure_daemon(server_url, home=config.home, token=token, workspace_roots=roots,
-                                   idle_exit=idle_exit)
-        click.echo(f"host daemon pid {info.pid} for {paths.server_url} (host {info.host_id}); "
-                   f"log in {paths.log_dir}")
+                                   idle_exit=idle_exit, permissions=permissions)
+        click.echo(f"host daemon pid {info.pid} for {paths.server_url} (host {info.host_id}, "
+                   f"permissions {info.permissions}); log in {paths.log_dir}")
         return 0
 
     try:
@@ -85,7 +99,8 @@ def status(server_url: str | None) -> int:
             return f"pid {record.get('pid')}  {record.get('server_url')}  not answering: {exc}"
         link = "online" if answer.get("online") else "connecting"
         return (f"pid {answer['pid']}  {answer['server_url']}  host {answer['host_id']}  {link}  "
-                f"runners {len(answer.get('runners') or [])}  log {answer.get('log_path')}")
+                f"runners {len(answer.get('runners') or [])}  permissions {answer.get('permissions') or 'ask'}  "
+                f"log {answer.get('log_path')}")
 
     for record in found:
         click.echo(trio.run(describe, record))

@@ -53,6 +53,9 @@ class DaemonConfig:
     idle_exit: float | None = None  # seconds without runners before leaving; None: never
     log_path: Path | None = None
     idle_timeout: float = 3600.0    # an unused runner ends after this long
+    # `--permissions`: the most this host's runners' tools may do (HostHello.permissions, and
+    # OMNIGENT_TOOL_POLICY in each runner); a session's own mode can only be stricter
+    permissions: str = "ask"
 
 
 class AlreadyRunning(Exception):
@@ -90,6 +93,7 @@ class _Daemon:
             self.server_url, host_end, log_dir=paths.logs_root, workspace=str(config.home), runners=0,
             env=runner_env(os.environ), policy=DEFAULT_POLICY, shutdown_grace=SHUTDOWN_GRACE,
             workspace_roots=config.workspace_roots, idle_timeout=config.idle_timeout,
+            tool_policy=config.permissions,
         )
         self.host_id = ""
         self.started_at = time.time()
@@ -99,8 +103,8 @@ class _Daemon:
         if identity is None:
             identity = await self._register()
         self.host_id, secret = identity
-        log.info("host daemon pid %d for %s as %s (protocol %d)", os.getpid(), self.server_url,
-                 self.host_id, p.PROTOCOL_VERSION)
+        log.info("host daemon pid %d for %s as %s (protocol %d, permissions %s)", os.getpid(), self.server_url,
+                 self.host_id, p.PROTOCOL_VERSION, self.config.permissions)
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             nursery.start_soon(self._signals)
@@ -130,7 +134,8 @@ class _Daemon:
     def _hello(self) -> p.HostHello:
         return p.HostHello(host_id=self.host_id, pid=os.getpid(), protocol_version=p.PROTOCOL_VERSION,
                            name=socket.gethostname(), workspace_roots=list(self.host.workspace_roots),
-                           runners=self.host.live_runners(), capacity=self.host.capacity)
+                           runners=self.host.live_runners(), capacity=self.host.capacity,
+                           permissions=self.config.permissions)
 
     async def _link(self, secret: str) -> None:
         from .ws_link import HostRevoked, run_host_link
@@ -189,7 +194,7 @@ class _Daemon:
     def _write_records(self) -> None:
         record = {"pid": os.getpid(), "server_url": self.server_url, "host_id": self.host_id,
                   "control_socket": str(self.paths.socket), "protocol_version": p.PROTOCOL_VERSION,
-                  "started_at": self.started_at,
+                  "started_at": self.started_at, "permissions": self.config.permissions,
                   "log_path": str(self.config.log_path) if self.config.log_path else None}
         records.write_private(self.paths.record, json.dumps(record) + "\n")
         records.write_pid_file(self.paths, os.getpid())
@@ -198,7 +203,8 @@ class _Daemon:
         op = request["op"]
         if op == "hello":
             return {"ok": True, "host_id": self.host_id, "pid": os.getpid(),
-                    "protocol_version": p.PROTOCOL_VERSION, "online": self.online}
+                    "protocol_version": p.PROTOCOL_VERSION, "online": self.online,
+                    "permissions": self.config.permissions}
         if op == "allow_workspace":
             workspace = request.get("workspace")
             if not isinstance(workspace, str) or not os.path.isabs(workspace) or not os.path.isdir(workspace):
@@ -220,7 +226,7 @@ class _Daemon:
             return {"ok": True, "host_id": self.host_id, "pid": os.getpid(), "server_url": self.server_url,
                     "online": self.online, "runners": self.host.live_runners(),
                     "workspace_roots": self.host.workspace_roots, "allowed": sorted(self.host.allowed),
-                    "started_at": self.started_at,
+                    "started_at": self.started_at, "permissions": self.config.permissions,
                     "log_path": str(self.config.log_path) if self.config.log_path else None}
         raise control.ControlError(f"unknown op {op!r}")
 

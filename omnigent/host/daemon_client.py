@@ -55,6 +55,7 @@ class DaemonInfo:
     control_socket: Path
     protocol_version: int
     online: bool = False
+    permissions: str = "ask"  # its `--permissions` (a daemon older than issue 9 says nothing: ask)
 
     async def allow_workspace(self, directory: str | os.PathLike) -> None:
         await self._ask({"op": "allow_workspace", "workspace": str(directory)})
@@ -107,8 +108,8 @@ async def register_host(server_url: str, *, token: str | None, workspace_roots: 
 
 
 async def ensure_daemon(server_url: str, *, home: Path, token: str | None,
-                        workspace_roots: Iterable[str] = (), idle_exit: float | None = DEFAULT_IDLE_EXIT
-                        ) -> DaemonInfo:
+                        workspace_roots: Iterable[str] = (), idle_exit: float | None = DEFAULT_IDLE_EXIT,
+                        permissions: str = "ask") -> DaemonInfo:
     """The daemon for (home, server_url), reused or started; see the module doc."""
     paths = records.Paths.of(home, server_url)
     start_lock = records.Lock(paths.start_lock)
@@ -125,7 +126,8 @@ async def ensure_daemon(server_url: str, *, home: Path, token: str | None,
         if records.read_identity(paths) is None:
             host_id, secret = await register_host(paths.server_url, token=token, workspace_roots=workspace_roots)
             records.write_identity(paths, host_id, secret)
-        proc, log_path = spawn_daemon(paths, workspace_roots=workspace_roots, idle_exit=idle_exit)
+        proc, log_path = spawn_daemon(paths, workspace_roots=workspace_roots, idle_exit=idle_exit,
+                                      permissions=permissions)
         return await _wait_started(paths, proc, log_path)
     finally:
         start_lock.release()
@@ -150,7 +152,8 @@ async def find_daemon(paths: records.Paths, *, settle: float = 10.0) -> DaemonIn
                     return DaemonInfo(host_id=str(answer.get("host_id")), pid=int(answer.get("pid", 0)),
                                       control_socket=Path(record.get("control_socket") or paths.socket),
                                       protocol_version=int(answer.get("protocol_version", -1)),
-                                      online=bool(answer.get("online")))
+                                      online=bool(answer.get("online")),
+                                      permissions=str(answer.get("permissions") or "ask"))
             await trio.sleep(0.05)
         return None
     raise DaemonError(f"the host daemon for {paths.server_url} holds its lock but does not answer on "
@@ -158,7 +161,7 @@ async def find_daemon(paths: records.Paths, *, settle: float = 10.0) -> DaemonIn
 
 
 def spawn_daemon(paths: records.Paths, *, workspace_roots: Iterable[str] = (),
-                 idle_exit: float | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+                 idle_exit: float | None = None, permissions: str = "ask") -> tuple[subprocess.Popen[bytes], Path]:
     """Start `omnigent host` detached (see module doc); returns the process and its log path."""
     from ..config.dirs import private_dir
 
@@ -169,6 +172,7 @@ def spawn_daemon(paths: records.Paths, *, workspace_roots: Iterable[str] = (),
         argv += ["--workspace-root", os.path.realpath(root)]
     if idle_exit is not None:
         argv += ["--idle-exit", f"{idle_exit:g}"]
+    argv += ["--permissions", permissions]
     env = {k: v for k, v in os.environ.items() if k != REMOTE_AUTH_VAR}
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:

@@ -9,7 +9,10 @@ that its session's own client handed the daemon (`session_env`). It never
 gets another role's credential: the client token (`OMNIGENT_REMOTE_AUTH_TOKEN`),
 the server token (`OMNIGENT_SERVER_TOKEN`) or the host secret; those are
 dropped even when a passthrough list or a session names them. The runner's
-own secret is added by the pool after this filter.
+own secret is added by the pool after this filter, and so is the host's
+tool policy (`OMNIGENT_TOOL_POLICY`, from `omnigent host --permissions`):
+neither the daemon's inherited environment nor a session can set that one,
+so a bundle from a client cannot raise what tools may do on this machine.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from ..link.runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR
 PASSTHROUGH_VAR = "OMNIGENT_RUNNER_ENV_PASSTHROUGH"
 HOST_SECRET_VAR = "OMNIGENT_HOST_SECRET"
 REMOTE_AUTH_VAR = "OMNIGENT_REMOTE_AUTH_TOKEN"
+# the most a runner's tools may do (ask | auto | deny): the runner enforces it again (issue 9)
+TOOL_POLICY_VAR = "OMNIGENT_TOOL_POLICY"
+TOOL_POLICIES = ("ask", "auto", "deny")
 
-# never handed to a runner, whoever asks
-FORBIDDEN = frozenset({*CLIENT_TOKEN_VARS, REMOTE_AUTH_VAR, HOST_SECRET_VAR, ENV_VAR})
+# never handed to a runner, whoever asks (the pool sets the tool policy itself)
+FORBIDDEN = frozenset({*CLIENT_TOKEN_VARS, REMOTE_AUTH_VAR, HOST_SECRET_VAR, ENV_VAR, TOOL_POLICY_VAR})
 
 _ESSENTIALS = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ", "TERM", "LANG", "LANGUAGE",

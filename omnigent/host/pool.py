@@ -63,7 +63,7 @@ from supervisor import (
 from ..config.timeline import mark
 from ..link.memory import LinkEnd
 from ..link.runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR, hash_secret, mint_secret
-from .env import clean_session_env, passthrough_names
+from .env import TOOL_POLICY_VAR, clean_session_env, passthrough_names
 
 log = logging.getLogger("omnigent.host")
 
@@ -127,8 +127,10 @@ class Host:
         activity: Callable[[_Launch], object] = _default_activity,
         on_demand_log_dir: str = "host-runner",
         spares: int = 0,
+        tool_policy: str = "ask",
     ) -> None:
         self.server_url = server_url
+        self.tool_policy = tool_policy  # OMNIGENT_TOOL_POLICY of every runner (host/env.py)
         self.link = link
         self.log_dir = Path(log_dir)
         self.workspace = workspace
@@ -173,7 +175,8 @@ class Host:
             folder, workspace = self.on_demand_log_dir, launch.workspace
         for name in CLIENT_TOKEN_VARS:
             env.pop(name, None)
-        env.update({"OMNIGENT_SERVER_URL": self.server_url, "OMNIGENT_RUNNER_ID": runner_id, ENV_VAR: secret})
+        env.update({"OMNIGENT_SERVER_URL": self.server_url, "OMNIGENT_RUNNER_ID": runner_id, ENV_VAR: secret,
+                    TOOL_POLICY_VAR: self.tool_policy})  # last: no inherited or session value wins
         log_path = self.log_dir / folder / f"{runner_id}.log"
         if launch is not None:
             launch.runner_id, launch.log_path = runner_id, log_path

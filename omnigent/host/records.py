@@ -6,7 +6,8 @@ One daemon per (HOME, server URL). Everything is keyed by HOME, never by
 - `hosts/<key>.json` (0600): the identity `{server_url, host_id, host_secret}`
   from `POST /v1/hosts`, reused on every reconnect.
 - `daemons/<key>.json`: the record `{pid, server_url, host_id, control_socket,
-  protocol_version, started_at, log_path}` of the daemon that runs now.
+  protocol_version, started_at, permissions, log_path}` of the daemon that runs now
+  (`permissions`: its `--permissions`, the most its runners' tools may do).
 - `daemons/<key>.lock`: held (flock) by that daemon for its whole life. A
   record whose lock nobody holds is stale: its pid may be anyone's by now,
   so it is replaced, never signalled. The kernel drops the lock when the

@@ -19,7 +19,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from ..store.errors import ConflictError, NotFoundError
-from . import bodies, conversation, files, hosts, runners, sessions, streams
+from . import approvals, bodies, conversation, files, hosts, runners, sessions, streams
 from ._routes import check_origin
 from .errors import ApiError
 from .state import ServerState
@@ -123,6 +123,7 @@ def create_app(state: ServerState) -> QuartTrio:
     runners.register(app, state)
     files.register(app, state)
     hosts.register(app, state)
+    approvals.register(app, state)
     app.asgi_app = _drain_unread_body(app.asgi_app)
     return app
 

@@ -1,9 +1,11 @@
 """A session's conversation routes: what a client posts into it and reads back.
 
 - `POST /v1/sessions/{id}/events`: `message` (stored with its `input.consumed`
-  event in one transaction, then a turn is queued: 202), `interrupt` (the running
-  or waiting turn is cancelled) or `retry` (the newest interrupted or failed turn
-  runs again).
+  event in one transaction, then a turn is queued: 202; its `approval_timeout`,
+  seconds or null for "until answered", is stored on the turn), `interrupt` (the
+  running or waiting turn is cancelled), `retry` (the newest interrupted or failed
+  turn runs again; one with stored steps goes on from them as the same turn) or
+  `approval` (an answer to a pending approval: server/approvals.py).
 - `GET /v1/sessions/{id}/items` (paged, `after`/`order`/`limit`) and `GET /v1/sessions/{id}/turns`.
 
 The turns themselves run in `turns.TurnService`; these routes only queue and read.
@@ -11,14 +13,16 @@ The turns themselves run in `turns.TurnService`; these routes only queue and rea
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from quart import request
 
 from protocol import events as ev
 
+from ..config.tuning import Tuning, tuning_from_env
 from ..store.errors import NotFoundError
-from . import bodies, files
+from . import approvals, bodies, files
 from ._routes import conversation, int_arg
 from .errors import ApiError, invalid
 from .state import ServerState
@@ -26,6 +30,7 @@ from .state import ServerState
 
 def register(app: Any, state: ServerState) -> None:
     store = state.store
+    default_timeout = _default_approval_timeout(state)
 
     @app.post("/v1/sessions/<session_id>/events")
     async def post_event(session_id: str):
@@ -36,24 +41,38 @@ def register(app: Any, state: ServerState) -> None:
             return {"queued": False, "interrupted": await state.turns.interrupt(session_id)}, 202
         if kind == "retry":
             return _retry(session_id)
+        if kind == "approval":
+            return await approvals.answer(state, session_id, body.get("data"))
         if kind != "message":
-            raise invalid("'type' must be 'message', 'interrupt' or 'retry'")
+            raise invalid("'type' must be 'message', 'interrupt', 'retry' or 'approval'")
         data = body.get("data")
         if not isinstance(data, dict) or data.get("role", "user") != "user":
             raise invalid("'data' must be a user message object")
+        timeout = _approval_timeout(data, default_timeout)
         files.reject_attachments(data.get("content"), store, conv)
         content = _content(data.get("content"))
         # stored now, or once the turn this one waits behind has answered (recovery, issue 7 §10)
         with state.hub.transaction(session_id) as tx:  # the message and its event commit together
-            item, turn = store.queue_message(session_id, {"type": "message", "role": "user", "content": content})
+            item, turn = store.queue_message(session_id, {"type": "message", "role": "user", "content": content},
+                                             approval_timeout=timeout)
             tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
         state.turns.submit(session_id)
         return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202
 
     def _retry(session_id: str):
-        """Run the newest interrupted turn again (one left by a crashed process, say)."""
+        """Run the newest interrupted turn again (one left by a crashed process, say).
+
+        A turn with stored steps is queued again as itself, so the loop goes on
+        from its first unfinished step: nothing it stored runs twice. That is
+        also how a turn cancelled mid-tool continues. Any other interrupted or
+        failed turn runs afresh as a new turn on the same message.
+        """
         turns = store.list_turns(session_id)
         last = turns[-1] if turns else None
+        if last is not None and last["step"] is not None and last["status"] in ("interrupted", "failed", "cancelled"):
+            turn = store.requeue_turn(last["id"])
+            state.turns.submit(session_id)
+            return {"queued": True, "item_id": last["input_item_id"], "turn_id": turn["id"], "resumed": True}, 202
         if last is None or last["status"] not in ("interrupted", "failed"):
             raise ApiError("conflict", "the last turn of this session was not interrupted")
         turn = store.create_turn(session_id, last["input_item_id"])
@@ -80,6 +99,29 @@ def register(app: Any, state: ServerState) -> None:
     async def list_turns(session_id: str):
         conversation(state, session_id)
         return {"object": "list", "data": store.list_turns(session_id)}
+
+
+def _default_approval_timeout(state: ServerState) -> float:
+    """`Tuning.approval_timeout` of this server (`OMNIGENT_APPROVAL_TIMEOUT`, checked at start)."""
+    given = getattr(state, "approval_timeout", None)
+    if isinstance(given, (int, float)):
+        return float(given)
+    try:
+        return tuning_from_env().approval_timeout
+    except ValueError:  # the CLI refused it before anything started; a test's server falls back
+        return Tuning().approval_timeout
+
+
+def _approval_timeout(data: dict[str, Any], default: float) -> float | None:
+    """Absent: the server's default; null: until answered; a number >= 0 (0: refuse at once)."""
+    if "approval_timeout" not in data:
+        return default
+    value = data["approval_timeout"]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise invalid("'approval_timeout' must be a number of seconds >= 0, or null to wait until answered")
+    return float(value)
 
 
 def _content(content: Any) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ STATUS = {
     "not_found": 404,
     "method_not_allowed": 405,
     "conflict": 409,
+    "already_resolved": 409,  # an approval answered twice (server/approvals.py)
     "timeout": 408,
     "too_large": 413,
     "unsupported_media_type": 415,

@@ -4,8 +4,12 @@
   a resume, which pins the upload to that session only.
 - `POST /v1/sessions`: from a multipart bundle or from `{agent_id, ...}`; the session
   runs exactly the spec it was created with, whatever is uploaded under its name later.
-- `GET /v1/sessions`, `GET /v1/sessions/{id}`, `PATCH /v1/sessions/{id}` (binding to a
-  runner, title, reasoning effort, model override).
+- `GET /v1/sessions`, `GET /v1/sessions/{id}` (with the session's summed `usage`),
+  `PATCH /v1/sessions/{id}` (binding to a runner, title, reasoning effort, model
+  override, permission mode).
+- `permission_mode` (ask | auto | deny | null: the agent spec's) is the session's own
+  mode. It can only make the session stricter than its host allows: the loop runs
+  the strictest of it and the host's policy (server/agent_loop.py).
 
 Every field is validated into one 4xx error before the store is touched.
 """
@@ -24,6 +28,13 @@ from .errors import ApiError, invalid, not_found
 from .state import ServerState
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+PERMISSION_MODES = ("ask", "auto", "deny")
+
+
+def _permission_mode(value: Any) -> str | None:
+    if value is not None and value not in PERMISSION_MODES:
+        raise invalid(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}, or null")
+    return value
 
 
 def register(app: Any, state: ServerState) -> None:
@@ -92,7 +103,8 @@ def register(app: Any, state: ServerState) -> None:
         return _session(conv["id"]), 201
 
     def _create(meta: dict[str, Any], agent: dict[str, Any]) -> dict[str, Any]:
-        allowed = {"title", "labels", "reasoning_effort", "workspace", "model_override", "host_id"}
+        allowed = {"title", "labels", "reasoning_effort", "workspace", "model_override", "host_id",
+                   "permission_mode"}
         extra = set(meta) - allowed
         if extra:
             raise invalid(f"unexpected metadata field {sorted(extra)[0]!r}")
@@ -102,6 +114,7 @@ def register(app: Any, state: ServerState) -> None:
         for key in ("title", "workspace", "model_override"):
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise invalid(f"{key!r} must be a string")
+        mode = _permission_mode(meta.get("permission_mode"))
         host_id = meta.get("host_id")
         if host_id is not None and not isinstance(host_id, str):
             raise invalid("'host_id' must be a string")
@@ -110,7 +123,7 @@ def register(app: Any, state: ServerState) -> None:
             raise not_found("Host")
         conv = store.create_conversation(
             agent_id=agent["id"], title=meta.get("title") or "", reasoning_effort=effort,
-            model_override=meta.get("model_override"), workspace=meta.get("workspace"),
+            model_override=meta.get("model_override"), workspace=meta.get("workspace"), permission_mode=mode,
         )
         if host_id is not None:  # hosts: the session belongs to that host (server/hosts.py)
             store.set_conversation_host(conv["id"], host_id)
@@ -142,10 +155,11 @@ def register(app: Any, state: ServerState) -> None:
     async def patch_session(session_id: str):
         conversation(state, session_id)
         body = await bodies.json_body()
-        known = {"runner_id", "title", "reasoning_effort", "model_override"}
+        known = {"runner_id", "title", "reasoning_effort", "model_override", "permission_mode"}
         extra = set(body) - known
         if extra:
             raise invalid(f"unknown field {sorted(extra)[0]!r}")
+        mode = _permission_mode(body.get("permission_mode"))  # checked before anything is written
         if "runner_id" in body:
             rid = body["runner_id"]
             if rid is not None and not isinstance(rid, str):
@@ -167,6 +181,8 @@ def register(app: Any, state: ServerState) -> None:
             if body["reasoning_effort"] is not None and body["reasoning_effort"] not in EFFORTS:
                 raise invalid(f"reasoning_effort must be one of {', '.join(EFFORTS)}")
             fields["reasoning_effort"] = body["reasoning_effort"]
+        if "permission_mode" in body:
+            fields["permission_mode"] = mode
         if fields:
             store.update_conversation(session_id, **fields)
         return _session(session_id)
@@ -178,7 +194,7 @@ def register(app: Any, state: ServerState) -> None:
         body.update(llm_model=conv.get("model_override") or spec.get("model"),
                     harness=spec.get("harness"), model_override=conv.get("model_override"),
                     last_sequence_number=state.hub.last_seq(session_id),
-                    host_id=store.conversation_host(session_id))
+                    host_id=store.conversation_host(session_id), usage=store.session_usage(session_id))
         return body
 
     def _list_item(conv: dict[str, Any]) -> dict[str, Any]:
@@ -192,4 +208,5 @@ def register(app: Any, state: ServerState) -> None:
             "labels": {}, "runner_id": rid,
             "runner_online": bool(rid and rid in state.registry.online),
             "reasoning_effort": conv.get("reasoning_effort"), "workspace": conv.get("workspace"),
+            "permission_mode": conv.get("permission_mode"),
         }

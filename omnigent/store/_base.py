@@ -27,14 +27,18 @@ if TYPE_CHECKING:
 KIND_DEFAULT = 1
 KIND_SUB_AGENT = 2
 
-ITEM_STATUSES = frozenset({"completed", "in_progress", "incomplete", "failed"})
-TURN_STATUSES = frozenset({"queued", "running", "completed", "failed", "interrupted", "cancelled"})
+# interrupted / cancelled / not_run (0008): a tool call's output when its tool was cut short or never ran
+ITEM_STATUSES = frozenset({"completed", "in_progress", "incomplete", "failed", "interrupted", "cancelled", "not_run"})
+# waiting (0008): a running turn whose loop waits for an approval
+TURN_STATUSES = frozenset({"queued", "running", "waiting", "completed", "failed", "interrupted", "cancelled"})
 TURN_TERMINAL = frozenset({"completed", "failed", "cancelled"})
 # A turn in one of these can still be (re)started, finished or interrupted.
-TURN_OPEN = ("queued", "running", "interrupted")
+TURN_OPEN = ("queued", "running", "waiting", "interrupted")
 
 TITLE_MAX = 60
-CONVERSATION_FIELDS = frozenset({"title", "reasoning_effort", "model_override", "workspace"})
+CONVERSATION_FIELDS = frozenset({"title", "reasoning_effort", "model_override", "workspace", "permission_mode"})
+# a session's own permission mode (0007); NULL: its agent spec's
+PERMISSION_MODES = ("ask", "auto", "deny")
 
 # Smallest step that keeps REAL epoch timestamps distinct (float ulp near 2e9 is ~2.4e-7).
 _TICK = 1e-6
@@ -115,10 +119,24 @@ def _agent(row: dict | None) -> dict | None:
     return row
 
 
-def _turn(row: dict | None) -> dict | None:
+def _turn(row: dict | None, step: dict | None = None) -> dict | None:
     if row is not None:
         row["output_persisted"] = bool(row["output_persisted"])
+        row["usage"] = json.loads(row["usage"]) if row.get("usage") else None
+        row.pop("last_step", None)
+        row["step"] = step
     return row
+
+
+def _step(row: dict | None) -> dict | None:
+    if row is not None:
+        row["usage"] = json.loads(row["usage"]) if row.get("usage") else None
+    return row
+
+
+# the columns of a step row, in the order `steps()` returns them
+STEP_COLUMNS = ("turn_id", "step", "kind", "status", "call_id", "tool", "arguments", "attempt", "usage",
+                "error", "started_at", "ended_at")
 
 
 def _wire_item(item: dict, *, response_id: str | None, status: str | None, created_at: float) -> dict:

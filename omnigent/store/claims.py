@@ -73,18 +73,25 @@ class ClaimsMixin(Tables):
         return bool(row and row["live"] and not _same_owner(
             (row["owner_pid"], row["owner_started"], row["owner_token"]), owner))
 
-    def queue_message(self, conv_id: str, item: dict) -> tuple[dict, dict]:
+    def queue_message(self, conv_id: str, item: dict, *,
+                      approval_timeout: float | None = None) -> tuple[dict, dict]:
         """A user message and its queued turn; returns (item in wire form, turn).
+
+        `approval_timeout` is stored on the turn: how long an approval of it
+        waits for an answer (seconds; 0 refuses at once; None waits until answered).
 
         While the conversation is busy (a turn queued or running, or a claim
         on it) the item waits in `pending_items` and joins the conversation
         when its turn holds the claim (`place_pending`): it then comes after
         the answer it waited for. Otherwise it is appended at once.
         """
+        if approval_timeout is not None and not approval_timeout >= 0:
+            raise ValueError(f"approval_timeout must be >= 0 or None, not {approval_timeout!r}")
         with self._write():
             self._require_conversation(conv_id)
             busy = self._scalar(
-                """SELECT EXISTS (SELECT 1 FROM turns WHERE conversation_id = ? AND status IN ('queued', 'running'))
+                """SELECT EXISTS (SELECT 1 FROM turns WHERE conversation_id = ?
+                                        AND status IN ('queued', 'running', 'waiting'))
                        OR EXISTS (SELECT 1 FROM conversation_claims WHERE conversation_id = ?)""",
                 [conv_id, conv_id])
             if busy:
@@ -98,9 +105,9 @@ class ClaimsMixin(Tables):
                                           output_indexed=False)[0]
             turn_id = ids.new_id(ids.TURN)
             self.db.execute(
-                """INSERT INTO turns (id, conversation_id, input_item_id, status, owner_pid, created_at)
-                   VALUES (?, ?, ?, 'queued', ?, ?)""",
-                [turn_id, conv_id, wire["id"], os.getpid(), self._clock()],
+                """INSERT INTO turns (id, conversation_id, input_item_id, status, owner_pid, created_at,
+                       approval_timeout) VALUES (?, ?, ?, 'queued', ?, ?, ?)""",
+                [turn_id, conv_id, wire["id"], os.getpid(), self._clock(), approval_timeout],
             )
         return wire, self.get_turn(turn_id)  # type: ignore[return-value]
 

@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import ids
-from ._base import ANY, CONVERSATION_FIELDS, KIND_DEFAULT, KIND_SUB_AGENT, Tables, _Any
+from ._base import ANY, CONVERSATION_FIELDS, KIND_DEFAULT, KIND_SUB_AGENT, PERMISSION_MODES, Tables, _Any
 from .errors import NotFoundError
 
 _CONVERSATION_SELECT = """
     SELECT c.id, c.kind, c.created_at, c.updated_at, c.title, c.agent_id,
            a.name AS agent_name, c.runner_id, c.reasoning_effort,
-           c.model_override, c.workspace, c.generation, c.next_position AS item_count,
+           c.model_override, c.workspace, c.generation, c.permission_mode, c.next_position AS item_count,
            (SELECT COUNT(*) FROM conversation_items i
              WHERE i.conversation_id = c.id AND i.type = 'message') AS message_count
     FROM conversations c LEFT JOIN agents a ON a.id = c.agent_id
@@ -40,9 +40,11 @@ class ConversationsMixin(Tables):
         model_override: str | None = None,
         workspace: str | None = None,
         kind: int = KIND_DEFAULT,
+        permission_mode: str | None = None,
     ) -> dict:
         if kind not in (KIND_DEFAULT, KIND_SUB_AGENT):
             raise ValueError(f"conversation kind must be 1 or 2, not {kind!r}")
+        _check_mode(permission_mode)
         conv_id = ids.new_id(ids.CONVERSATION)
         with self._write():
             if agent_id is not None and self._scalar("SELECT 1 FROM agents WHERE id = ?", [agent_id]) is None:
@@ -51,9 +53,10 @@ class ConversationsMixin(Tables):
             now = self._after("updated_at", self._after("created_at", self._clock()))
             self.db.execute(
                 """INSERT INTO conversations (id, kind, created_at, updated_at, title, agent_id,
-                       reasoning_effort, model_override, workspace)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                [conv_id, kind, now, now, title or "", agent_id, reasoning_effort, model_override, workspace],
+                       reasoning_effort, model_override, workspace, permission_mode)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                [conv_id, kind, now, now, title or "", agent_id, reasoning_effort, model_override, workspace,
+                 permission_mode],
             )
             if agent_id is not None:  # the session runs this spec from now on, whatever is uploaded later
                 self.db.execute(
@@ -124,10 +127,11 @@ class ConversationsMixin(Tables):
         return rows
 
     def update_conversation(self, conv_id: str, **fields: Any) -> dict:
-        """Set any of title, reasoning_effort, model_override, workspace."""
+        """Set any of title, reasoning_effort, model_override, workspace, permission_mode."""
         unknown = set(fields) - CONVERSATION_FIELDS
         if unknown:
             raise TypeError(f"cannot update conversation field(s): {', '.join(sorted(unknown))}")
+        _check_mode(fields.get("permission_mode"))
         if fields.get("title", "") is None:
             fields["title"] = ""
         with self._write():
@@ -202,3 +206,8 @@ class ConversationsMixin(Tables):
             ):
                 loads[runner_id] = count
         return loads
+
+
+def _check_mode(mode: str | None) -> None:
+    if mode is not None and mode not in PERMISSION_MODES:
+        raise ValueError(f"permission_mode must be one of {', '.join(PERMISSION_MODES)} or None, not {mode!r}")

@@ -50,6 +50,9 @@ class Migration:
     name: str
     sql: str
     additive: bool = False
+    # a query run after `sql`, in the same transaction, that must return no rows (else the
+    # migration is rolled back): `PRAGMA foreign_key_check` after a table rebuild
+    check: str | None = None
 
 
 # Append only: a migration, once released, is never edited or reordered.
@@ -259,6 +262,141 @@ MIGRATIONS: tuple[Migration, ...] = (
             SELECT c.id, a.spec, NULL, a.updated_at FROM conversations c JOIN agents a ON a.id = c.agent_id;
         """,
         additive=True,
+    ),
+    Migration(
+        "0007_agent_steps",
+        """
+        -- the steps of a turn (issue 9): a model step is one request to the model, a tool step
+        -- one tool call; each is stored before the next is taken, so a turn resumes from the
+        -- first unfinished one. No foreign key names `turns` (0008 rebuilds that table, and a
+        -- reference to it would cascade on the rebuild's DROP).
+        CREATE TABLE turn_steps (
+            turn_id TEXT NOT NULL,
+            step INTEGER NOT NULL,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            kind TEXT NOT NULL CHECK (kind IN ('model', 'tool')),
+            status TEXT NOT NULL DEFAULT 'running' CHECK (status IN
+                ('running', 'waiting', 'completed', 'failed', 'interrupted', 'cancelled', 'not_run')),
+            call_id TEXT,
+            tool TEXT,
+            arguments TEXT,
+            attempt INTEGER NOT NULL DEFAULT 0,
+            usage TEXT,
+            error TEXT,
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            PRIMARY KEY (turn_id, step)
+        );
+        CREATE INDEX idx_turn_steps_conversation ON turn_steps (conversation_id, turn_id);
+        -- a side-effecting call waiting for a user's answer; answered once (first answer wins)
+        CREATE TABLE approvals (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            turn_id TEXT NOT NULL,
+            step INTEGER NOT NULL,
+            call_id TEXT,
+            tool TEXT NOT NULL,
+            arguments TEXT,
+            target TEXT NOT NULL DEFAULT '',
+            diff TEXT,
+            status TEXT NOT NULL DEFAULT 'pending'
+                CHECK (status IN ('pending', 'allowed', 'denied', 'expired', 'cancelled')),
+            decision TEXT,
+            decided_by TEXT,
+            created_at REAL NOT NULL,
+            decided_at REAL,
+            expires_at REAL
+        );
+        CREATE INDEX idx_approvals_conversation ON approvals (conversation_id, status, created_at);
+        -- "always": this tool with this exact target (command or path), for this session
+        CREATE TABLE approval_rules (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            tool TEXT NOT NULL,
+            target TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            UNIQUE (conversation_id, tool, target)
+        );
+        -- JSON usage summed over the turn's model steps
+        ALTER TABLE turns ADD COLUMN usage TEXT;
+        -- seconds an approval of this turn waits for an answer; NULL: until answered
+        ALTER TABLE turns ADD COLUMN approval_timeout REAL;
+        -- ask | auto | deny; NULL: the agent spec's own
+        ALTER TABLE conversations ADD COLUMN permission_mode TEXT;
+        """,
+        additive=True,
+    ),
+    Migration(
+        "0008_item_and_turn_statuses",
+        # SQLite cannot change a CHECK constraint in place: the tables are rebuilt with the
+        # procedure of sqlite.org/lang_altertable.html#otheralter, inside the migration's
+        # transaction. `PRAGMA foreign_keys` cannot be switched off inside a transaction, so
+        # instead: both tables are only children in foreign keys (nothing references them, so
+        # the DROPs delete no other row and fire no ON DELETE CASCADE), checks are deferred to
+        # the commit, and `foreign_key_check` verifies the result. Same columns in the same
+        # order, rowids kept (turns are listed by created_at, rowid), every index recreated.
+        # Old code keeps working: the new statuses are only ever written by new code.
+        """
+        PRAGMA defer_foreign_keys = ON;
+
+        CREATE TABLE conversation_items_new (
+            id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            turn_id TEXT,
+            response_id TEXT,
+            output_index INTEGER,
+            position INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'completed'
+                CHECK (status IN ('completed', 'in_progress', 'incomplete', 'failed',
+                                  'interrupted', 'cancelled', 'not_run')),
+            role TEXT,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (conversation_id, id)
+        );
+        INSERT INTO conversation_items_new (rowid, id, conversation_id, turn_id, response_id, output_index,
+                                            position, type, status, role, data, created_at)
+            SELECT rowid, id, conversation_id, turn_id, response_id, output_index,
+                   position, type, status, role, data, created_at FROM conversation_items;
+        DROP TABLE conversation_items;
+        ALTER TABLE conversation_items_new RENAME TO conversation_items;
+        CREATE UNIQUE INDEX idx_items_position ON conversation_items (conversation_id, position);
+        -- backstop for exactly-once turn output: one row per (turn, output slot)
+        CREATE UNIQUE INDEX idx_items_turn_output
+            ON conversation_items (conversation_id, turn_id, output_index)
+            WHERE turn_id IS NOT NULL AND output_index IS NOT NULL;
+
+        CREATE TABLE turns_new (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            input_item_id TEXT,
+            status TEXT NOT NULL DEFAULT 'queued'
+                CHECK (status IN ('queued', 'running', 'waiting', 'completed', 'failed', 'interrupted',
+                                  'cancelled')),
+            attempt INTEGER NOT NULL DEFAULT 0,
+            runner_id TEXT,
+            owner_pid INTEGER,
+            error TEXT,
+            created_at REAL NOT NULL,
+            started_at REAL,
+            ended_at REAL,
+            generation INTEGER,
+            usage TEXT,
+            approval_timeout REAL
+        );
+        INSERT INTO turns_new (rowid, id, conversation_id, input_item_id, status, attempt, runner_id, owner_pid,
+                               error, created_at, started_at, ended_at, generation, usage, approval_timeout)
+            SELECT rowid, id, conversation_id, input_item_id, status, attempt, runner_id, owner_pid,
+                   error, created_at, started_at, ended_at, generation, usage, approval_timeout FROM turns;
+        DROP TABLE turns;
+        ALTER TABLE turns_new RENAME TO turns;
+        CREATE INDEX idx_turns_conversation ON turns (conversation_id, created_at);
+        CREATE INDEX idx_turns_status ON turns (status);
+        CREATE INDEX idx_turns_runner_id ON turns (runner_id);
+        """,
+        additive=True,
+        check="PRAGMA foreign_key_check",
     ),
 )
 
@@ -510,6 +648,8 @@ def migrate(db: sqlite_utils.Database, *, clock: Callable[[], float] = time.time
             # Inside a transaction sqlite-utils runs the script statement by
             # statement, without sqlite3's implicit COMMIT.
             db.executescript(migration.sql)
+            if migration.check is not None and (bad := db.execute(migration.check).fetchall()):
+                raise StoreError(f"migration {migration.name} failed its check ({bad[:3]}); nothing was changed")
             table = "additive_migrations" if migration.additive else "migrations"
             db.execute(f"INSERT INTO {table} (name, applied_at) VALUES (?, ?)", [migration.name, clock()])
             done.append(migration.name)

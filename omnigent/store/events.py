@@ -168,7 +168,7 @@ class EventsMixin(Tables):
 
 
 def _turn_state(turn: dict) -> dict[str, Any]:
-    keep = ("id", "status", "attempt", "error", "runner_id", "created_at", "started_at", "ended_at")
+    keep = ("id", "status", "attempt", "error", "runner_id", "created_at", "started_at", "ended_at", "usage", "step")
     return {k: turn.get(k) for k in keep}
 
 

@@ -17,8 +17,10 @@ MESSAGE = "msg"
 RESPONSE = "resp"
 RUNNER = "runner"
 FILE = "file"
+APPROVAL = "appr"
+RULE = "rule"
 
-PREFIXES = frozenset({CONVERSATION, AGENT, TURN, MESSAGE, RESPONSE, RUNNER, FILE})
+PREFIXES = frozenset({CONVERSATION, AGENT, TURN, MESSAGE, RESPONSE, RUNNER, FILE, APPROVAL, RULE})
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]*$")
 

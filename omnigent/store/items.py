@@ -29,8 +29,10 @@ class ItemsMixin(Tables):
         response_id: str | None,
         status: str | None,
         output_indexed: bool,
+        first_index: int = 0,
     ) -> list[dict]:
-        # Caller holds the write transaction.
+        # Caller holds the write transaction. `first_index`: a turn's later steps continue
+        # the output slots of its earlier ones (store/steps.py).
         row = self.conn.execute("SELECT next_position, title FROM conversations WHERE id = ?", [conv_id]).fetchone()
         if row is None:
             raise NotFoundError(f"conversation {conv_id!r} not found")
@@ -53,7 +55,7 @@ class ItemsMixin(Tables):
                         conv_id,
                         turn_id,
                         wire["response_id"],
-                        index if output_indexed else None,
+                        first_index + index if output_indexed else None,
                         position,
                         wire["type"],
                         wire["status"],
@@ -70,6 +72,12 @@ class ItemsMixin(Tables):
             "UPDATE conversations SET next_position = ?, updated_at = ? WHERE id = ?", [position, now, conv_id]
         )
         return stored
+
+    def _next_output_index(self, conv_id: str, turn_id: str) -> int:
+        # the turn's next output slot: after the items of its earlier steps (store/steps.py)
+        return self._scalar(
+            "SELECT COALESCE(MAX(output_index) + 1, 0) FROM conversation_items WHERE conversation_id = ? "
+            "AND turn_id = ?", [conv_id, turn_id])
 
     def append_item(
         self,
@@ -96,6 +104,7 @@ class ItemsMixin(Tables):
         """Persist a turn's output once: False (and nothing written) if it already was.
 
         A late or duplicate completion from a dead attempt is thereby ignored.
+        The items take the turn's output slots after those its steps stored.
         """
         with self._write():
             self._require_conversation(conv_id)
@@ -108,7 +117,8 @@ class ItemsMixin(Tables):
                 return False
             if items:
                 self._insert_items(
-                    conv_id, list(items), turn_id=turn_id, response_id=response_id, status=None, output_indexed=True
+                    conv_id, list(items), turn_id=turn_id, response_id=response_id, status=None, output_indexed=True,
+                    first_index=self._next_output_index(conv_id, turn_id),
                 )
         return True
 

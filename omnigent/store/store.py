@@ -28,6 +28,7 @@ from ._base import (
     derive_title,
 )
 from .agents import AgentsMixin
+from .approvals import ApprovalsMixin
 from .claims import ClaimsMixin
 from .conversations import ConversationsMixin
 from .db import open_database
@@ -37,6 +38,7 @@ from .files import FilesMixin
 from .hosts import HostsMixin
 from .items import ItemsMixin
 from .runner_credentials import RunnerCredentialsMixin
+from .steps import StepsMixin
 from .turns import TurnsMixin
 
 
@@ -50,6 +52,8 @@ class Store(
     RunnerCredentialsMixin,
     ClaimsMixin,
     HostsMixin,
+    StepsMixin,
+    ApprovalsMixin,
 ):
     """All persistent state of an omnigent server, in one SQLite file.
 

@@ -18,18 +18,38 @@ from collections.abc import Callable
 from typing import Any
 
 from . import ids
-from ._base import TURN_OPEN, TURN_STATUSES, TURN_TERMINAL, Tables, _turn
+from ._base import STEP_COLUMNS, TURN_OPEN, TURN_STATUSES, TURN_TERMINAL, Tables, _step, _turn
 from .errors import ConflictError, NotFoundError
 
 _TURN_SELECT = """
     SELECT t.id, t.conversation_id, t.input_item_id, t.status, t.attempt,
            t.runner_id, t.owner_pid, t.error, t.created_at, t.started_at,
-           t.ended_at, t.generation, o.turn_id IS NOT NULL AS output_persisted
+           t.ended_at, t.generation, o.turn_id IS NOT NULL AS output_persisted,
+           t.usage, t.approval_timeout,
+           (SELECT MAX(s.step) FROM turn_steps s WHERE s.turn_id = t.id) AS last_step
     FROM turns t LEFT JOIN turn_outputs o ON o.turn_id = t.id
 """
+_STEP_SELECT = f"SELECT {', '.join(STEP_COLUMNS)} FROM turn_steps"
+_CHUNK = 400  # (turn, step) pairs per query: well under SQLite's limit of bound variables
 
 
 class TurnsMixin(Tables):
+    def _with_steps(self, rows: list[dict]) -> list[dict]:
+        # each turn row gains `step`, its last step row (store/steps.py): where the turn is, or
+        # where it stopped
+        wanted = [(r["id"], r["last_step"]) for r in rows if r["last_step"] is not None]
+        found: dict[str, dict] = {}
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start:start + _CHUNK]
+            pairs = ", ".join("(?, ?)" for _ in chunk)
+            for row in self._all(f"{_STEP_SELECT} WHERE (turn_id, step) IN (VALUES {pairs})",
+                                 [v for pair in chunk for v in pair]):
+                found[row["turn_id"]] = _step(row)  # type: ignore[assignment]
+        return [_turn(r, found.get(r["id"])) for r in rows]  # type: ignore[misc]
+
+    def _with_step(self, row: dict | None) -> dict | None:
+        return self._with_steps([row])[0] if row is not None else None
+
     def create_turn(self, conv_id: str, input_item_id: str | None, *, owner_pid: int | None = None) -> dict:
         """A new 'queued' turn. `owner_pid` defaults to this process, so a queued
         turn of a process that died can be found by `interrupt_orphaned_turns`."""
@@ -44,7 +64,7 @@ class TurnsMixin(Tables):
         return self.get_turn(turn_id)  # type: ignore[return-value]
 
     def get_turn(self, turn_id: str) -> dict | None:
-        return _turn(self._one(_TURN_SELECT + " WHERE t.id = ?", [turn_id]))
+        return self._with_step(self._one(_TURN_SELECT + " WHERE t.id = ?", [turn_id]))
 
     def _require_turn(self, turn_id: str) -> str:
         status = self._scalar("SELECT status FROM turns WHERE id = ?", [turn_id])
@@ -59,11 +79,11 @@ class TurnsMixin(Tables):
         if status is not None:
             sql += " AND t.status = ?"
             params.append(status)
-        return [_turn(r) for r in self._all(sql + " ORDER BY t.created_at, t.rowid", params)]
+        return self._with_steps(self._all(sql + " ORDER BY t.created_at, t.rowid", params))
 
     def next_queued_turn(self, conv_id: str) -> dict | None:
         """The oldest 'queued' turn of a conversation."""
-        return _turn(
+        return self._with_step(
             self._one(
                 _TURN_SELECT + " WHERE t.conversation_id = ? AND t.status = 'queued' ORDER BY t.created_at, t.rowid LIMIT 1",
                 [conv_id],
@@ -76,7 +96,7 @@ class TurnsMixin(Tables):
         Each process runs only its own turns: another live process's queued
         turn is its to run (and its client waits for it there).
         """
-        return _turn(
+        return self._with_step(
             self._one(
                 _TURN_SELECT + """ WHERE t.conversation_id = ? AND t.status = 'queued' AND t.owner_pid = ?
                                    ORDER BY t.created_at, t.rowid LIMIT 1""",
@@ -113,7 +133,7 @@ class TurnsMixin(Tables):
         `attempt`, if that is no longer the current attempt): a stale report
         never overwrites a newer outcome.
         """
-        if status not in TURN_STATUSES - {"queued", "running"}:
+        if status not in TURN_STATUSES - {"queued", "running", "waiting"}:
             raise ValueError(f"cannot finish a turn as {status!r}")
         with self._write():
             self._require_turn(turn_id)
@@ -132,7 +152,8 @@ class TurnsMixin(Tables):
         with self._write():
             self._require_turn(turn_id)
             changed = self.db.execute(
-                "UPDATE turns SET status = 'interrupted', ended_at = ? WHERE id = ? AND status IN ('queued', 'running')",
+                "UPDATE turns SET status = 'interrupted', ended_at = ? WHERE id = ?"
+                " AND status IN ('queued', 'running', 'waiting')",
                 [self._clock(), turn_id],
             ).rowcount
         return self.get_turn(turn_id) if changed else None
@@ -160,7 +181,7 @@ class TurnsMixin(Tables):
         status and owner so a turn taken over meanwhile is left alone.
         """
         candidates = self.conn.execute(
-            "SELECT id, owner_pid FROM turns WHERE status IN ('queued', 'running') AND owner_pid IS NOT NULL"
+            "SELECT id, owner_pid FROM turns WHERE status IN ('queued', 'running', 'waiting') AND owner_pid IS NOT NULL"
         ).fetchall()
         alive: dict[int, bool] = {}
         dead = []
@@ -176,7 +197,7 @@ class TurnsMixin(Tables):
                 for turn_id, pid in dead:
                     if self.db.execute(
                         """UPDATE turns SET status = 'interrupted', ended_at = ?
-                           WHERE id = ? AND owner_pid = ? AND status IN ('queued', 'running')""",
+                           WHERE id = ? AND owner_pid = ? AND status IN ('queued', 'running', 'waiting')""",
                         [now, turn_id, pid],
                     ).rowcount:
                         changed.append(turn_id)
@@ -194,7 +215,7 @@ class TurnsMixin(Tables):
         # waiting for its next attempt when its process died: it is queued again
         candidates = self.conn.execute(
             """SELECT t.id, t.owner_pid FROM turns t WHERE t.owner_pid IS NOT NULL AND (
-                   t.status IN ('queued', 'running') OR (t.status = 'interrupted' AND EXISTS (
+                   t.status IN ('queued', 'running', 'waiting') OR (t.status = 'interrupted' AND EXISTS (
                        SELECT 1 FROM conversation_claims c WHERE c.conversation_id = t.conversation_id
                        AND c.turn_id = t.id)))"""
         ).fetchall()
@@ -212,14 +233,34 @@ class TurnsMixin(Tables):
                     if self.db.execute(
                         """UPDATE turns SET owner_pid = ?,
                                status = CASE status WHEN 'interrupted' THEN 'queued' ELSE status END
-                           WHERE id = ? AND owner_pid = ? AND status IN ('queued', 'running', 'interrupted')""",
+                           WHERE id = ? AND owner_pid = ?
+                             AND status IN ('queued', 'running', 'waiting', 'interrupted')""",
                         [owner_pid, turn_id, pid],
                     ).rowcount:
                         taken.append(turn_id)
         return [self.get_turn(t) for t in taken]  # type: ignore[misc]
 
+    def requeue_turn(self, turn_id: str) -> dict:
+        """An interrupted (or failed or cancelled) turn back to 'queued': same id, its steps kept.
+
+        What `/retry` does with a turn that has stored steps: the loop goes on
+        from its first unfinished step instead of starting the turn afresh
+        (which would run its tools again). The turn is this process's now.
+        Raises ConflictError for a turn that is still under way or completed.
+        """
+        with self._write():
+            status = self._require_turn(turn_id)
+            if status not in ("interrupted", "failed", "cancelled"):
+                raise ConflictError(f"turn {turn_id!r} is {status}: only an interrupted, failed or cancelled "
+                                    "turn can be retried")
+            self.db.execute(
+                "UPDATE turns SET status = 'queued', error = NULL, ended_at = NULL, owner_pid = ? WHERE id = ?",
+                [os.getpid(), turn_id])
+        return self.get_turn(turn_id)  # type: ignore[return-value]
+
     def running_own_turn(self, conv_id: str, owner_pid: int) -> dict | None:
-        """The conversation's 'running' turn owned by `owner_pid` (one taken over after a restart)."""
-        return _turn(self._one(
-            _TURN_SELECT + """ WHERE t.conversation_id = ? AND t.status = 'running' AND t.owner_pid = ?
+        """The conversation's 'running' (or 'waiting': for an approval) turn owned by `owner_pid`
+        (one taken over after a restart)."""
+        return self._with_step(self._one(
+            _TURN_SELECT + """ WHERE t.conversation_id = ? AND t.status IN ('running', 'waiting') AND t.owner_pid = ?
                                ORDER BY t.created_at, t.rowid LIMIT 1""", [conv_id, owner_pid]))

@@ -14,6 +14,8 @@ A failed check is recorded with the seed and index that rebuild the input.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import sqlite3
@@ -68,6 +70,15 @@ async def make_targets(base_url: str, token: str) -> Targets:
     return Targets(session_id=sid, agent_id=created["agent_id"], item_id=posted["item_id"], token=token,
                    host_id=host["host_id"], host_secret=host["host_secret"], spare_host_id=spare["host_id"],
                    file_id=uploaded["id"])
+
+
+def with_approval(store, targets: Targets) -> Targets:
+    """A pending approval and an "always" rule of the target session, as the agent loop makes them
+    (no route creates one), so the approval answers and revocations reach past their 404s."""
+    approval = store.create_approval(targets.session_id, "turn_fuzz", 1, "call_fuzz", "shell",
+                                     '{"command": "ls"}', "ls", None, None)
+    rule = store.add_rule(targets.session_id, "shell", "make")
+    return dataclasses.replace(targets, approval_id=approval["id"], rule_id=rule["id"])
 
 
 def check_http(tally: Tally, where: str, status: int, body: bytes, method: str) -> None:

@@ -45,6 +45,8 @@ class Targets:
     host_secret: str = ""
     spare_host_id: str = "host_" + "1" * 32  # the one DELETE may revoke (host_id stays usable)
     file_id: str = "file_nope"             # a file uploaded to session_id
+    approval_id: str = "appr_nope"         # a pending approval of session_id (the loop makes real ones)
+    rule_id: str = "rule_nope"             # an "always" rule of session_id
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,13 @@ def _templates(rule: str, t: Targets) -> list[dict]:
     if rule.endswith("/events"):
         return [{"type": "message", "data": {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}},
                 {"type": "message", "data": {"role": "user", "content": "hi"}},
-                {"type": "interrupt", "data": {}}, {"type": "retry"}]
+                {"type": "interrupt", "data": {}}, {"type": "retry"}] + _approval_templates(rule, t)
     if rule == "/v1/sessions/<session_id>":
         return [{"title": "t"}, {"runner_id": ""}, {"runner_id": "runner_x"}, {"reasoning_effort": "high"},
-                {"model_override": "m2"}, {"title": None, "model_override": None}]
+                {"model_override": "m2"}, {"title": None, "model_override": None}] + _approval_templates(rule, t)
     if rule == "/v1/sessions":
-        return [{"agent_id": t.agent_id}, {"agent_id": t.agent_id, "title": "x", "reasoning_effort": "low"}]
+        return [{"agent_id": t.agent_id},
+                {"agent_id": t.agent_id, "title": "x", "reasoning_effort": "low"}] + _approval_templates(rule, t)
     if rule == "/v1/hosts":
         return [{"name": "h", "workspace_roots": ["/srv", "/home/u/w"], "capacity": 2}, {"name": "x"},
                 {"workspace_roots": []}, {"capacity": 0}]
@@ -103,6 +106,21 @@ def _templates(rule: str, t: Targets) -> list[dict]:
         return [{"session_id": t.session_id, "workspace": "/srv/w"}, {"session_id": t.session_id},
                 {"workspace": "/tmp"}]
     return [{}]
+
+
+def _approval_templates(rule: str, t: Targets) -> list[dict]:
+    # only when the targets hold an approval (the approvals fuzz): the other seeds' inputs stay
+    # those they always were
+    if t.approval_id == Targets.approval_id:
+        return []
+    if rule.endswith("/events"):
+        return [{"type": "message", "data": {"role": "user", "content": "hi", "approval_timeout": 0}},
+                {"type": "message", "data": {"role": "user", "content": "hi", "approval_timeout": None}},
+                {"type": "approval", "data": {"approval_id": t.approval_id, "decision": "allow"}},
+                {"type": "approval", "data": {"approval_id": t.approval_id, "decision": "always", "by": "fuzz"}}]
+    if rule == "/v1/sessions/<session_id>":
+        return [{"permission_mode": "deny"}, {"permission_mode": None}]
+    return [{"agent_id": t.agent_id, "permission_mode": "ask"}]
 
 
 def _deep(depth: int, rng: random.Random) -> str:
@@ -258,8 +276,8 @@ def _fill(rule: str, rng: random.Random, t: Targets, extra: random.Random | None
     inputs of the routes that existed before them stay what they were for a given seed."""
     out = rule
     for name, good in (("<session_id>", t.session_id), ("<runner_id>", "runner_fuzz"), ("<host_id>", t.host_id),
-                       ("<file_id>", t.file_id)):
-        if name in ("<host_id>", "<file_id>") and extra is not None:
+                       ("<file_id>", t.file_id), ("<rule_id>", t.rule_id)):
+        if name in ("<host_id>", "<file_id>", "<rule_id>") and extra is not None:
             rng = extra
         if name in out:
             value = good if rng.random() < 0.6 else rng.choice(JUNK_IDS)

@@ -28,7 +28,8 @@ from omnigent.server.serve import run_server
 from omnigent.server.sockets import bind_socket
 from omnigent.store import Store
 
-from .driver import ErrorLog, Tally, final_checks, make_targets, raw_request, run_inproc, run_ws, steady_client
+from .driver import (ErrorLog, Tally, final_checks, make_targets, raw_request, run_inproc, run_ws, steady_client,
+                     with_approval)
 from .inputs import WS_SHARE, HttpCase, case, heavy_cases, routes_of
 
 TOKEN = "fuzz-token"
@@ -39,8 +40,18 @@ def _hosts_and_files(route) -> bool:
     return route.rule.startswith("/v1/hosts") or "/files" in route.rule
 
 
+def _approval_routes(route) -> bool:
+    return "/approvals" in route.rule or "/permissions" in route.rule
+
+
+def _approvals(route) -> bool:
+    """The approval routes and the routes whose bodies gained approval fields."""
+    return _approval_routes(route) or route.rule.endswith("/events") or route.rule in (
+        "/v1/sessions", "/v1/sessions/<session_id>")
+
+
 async def fuzz(tmp_path, *, seed: int, count: int, heavy: bool, only=None, ws_share: float = WS_SHARE,
-               auth_share: float = 0.05) -> Tally:
+               auth_share: float = 0.05, approval: bool = True) -> Tally:
     db = tmp_path / "chat.db"
     store = Store(db)
     tally = Tally()
@@ -54,6 +65,8 @@ async def fuzz(tmp_path, *, seed: int, count: int, heavy: bool, only=None, ws_sh
                 task_status=task_status))
             server.state.launch_timeout = 0.2  # a host link the fuzz left open never answers a launch
             targets = await make_targets(server.url, TOKEN)
+            if approval:  # a pending approval and a rule to aim at (see inputs._approval_templates)
+                targets = with_approval(store, targets)
             app = create_app(server.state)
             routes = [r for r in routes_of(app) if only is None or only(r)]
             client = app.test_client()
@@ -92,8 +105,8 @@ def _report(tally: Tally, seed: int) -> str:
 async def test_quick_fuzz_every_route(tmp_path):
     # the host routes have their own quick fuzz below (most of its inputs authorized); kept out
     # here so this seed's inputs stay those it always was
-    tally = await fuzz(tmp_path, seed=SEED, count=800, heavy=False,
-                       only=lambda route: not route.rule.startswith("/v1/hosts"))
+    tally = await fuzz(tmp_path, seed=SEED, count=800, heavy=False, approval=False,
+                       only=lambda route: not route.rule.startswith("/v1/hosts") and not _approval_routes(route))
     assert not tally.failures, _report(tally, SEED)
     assert tally.steady, "the well-behaved client never got through"
     assert {status for status in tally.http if 400 <= status < 500} >= {400, 404, 405, 413, 415}
@@ -106,6 +119,14 @@ async def test_quick_fuzz_hosts_and_files(tmp_path):
     assert not tally.failures, _report(tally, SEED + 7)
     assert {"closed 4003", "closed 4000"} <= set(tally.ws), tally.ws
     assert {201, 400, 404} <= set(tally.http), tally.http
+
+
+async def test_quick_fuzz_approvals(tmp_path):
+    """Approval answers, approval timeouts, permission modes, the approvals and permissions routes."""
+    tally = await fuzz(tmp_path, seed=SEED + 9, count=400, heavy=False, only=_approvals, ws_share=0.0,
+                       auth_share=0.9)
+    assert not tally.failures, _report(tally, SEED + 9)
+    assert {200, 202, 400, 404, 409} <= set(tally.http), tally.http  # 409: the approval answered again
 
 
 @pytest.mark.slow

@@ -243,6 +243,7 @@ def test_create_and_get_conversation(store: Store, agent: dict):
         "model_override": "m2",
         "workspace": "/w",
         "generation": 0,
+        "permission_mode": None,
         "item_count": 0,
         "message_count": 0,
     }
@@ -595,6 +596,9 @@ def test_turn_lifecycle(store: Store, conv: dict):
         "ended_at": None,
         "generation": None,
         "output_persisted": False,
+        "usage": None,
+        "approval_timeout": None,
+        "step": None,
     }
     running = store.start_turn(turn["id"], "runner_a", 4242)
     assert (running["status"], running["attempt"], running["runner_id"], running["owner_pid"]) == (

@@ -1,0 +1,195 @@
+"""The `turn_steps` table: the steps of an agent turn, each stored before the next is taken.
+
+A turn (one user message) runs as model steps (one request to the model)
+and tool steps (one tool call), numbered 0, 1, 2 ... per turn. The loop
+(server/agent_loop.py) resumes a turn from its first unfinished step, so
+what this module guarantees is what recovery relies on:
+
+- A step's output is written once. `finish_model_step` stores the model's
+  items, completes the step and adds its usage to the turn in one
+  transaction; `finish_tool_step` stores the call's `function_call_output`
+  and completes the step in one. A second (late, duplicate) finish of the
+  same step writes nothing and returns False.
+- The items of a turn's steps carry the turn id and consecutive output
+  slots (`output_index`), so the turn's earlier steps are found in order
+  and the unique index (0001) backs the exactly-once rule.
+- A model step that failed or was interrupted can be begun again (a new
+  attempt); a step whose output is stored never is.
+
+Needs `ItemsMixin` (for `_insert_items`) in the same `Store`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._base import STEP_COLUMNS, Tables, _step
+
+STEP_KINDS = ("model", "tool")
+# what a tool call can end as (ToolResult.status); the first four are the tool's own answer
+TOOL_STATUSES = ("completed", "error", "timeout", "refused", "interrupted", "cancelled", "not_run")
+_TOOL_ANSWERED = frozenset({"completed", "error", "timeout", "refused"})
+# how a model step ends without output (end_step)
+MODEL_END_STATUSES = ("failed", "cancelled", "interrupted", "not_run")
+_UNDER_WAY = ("running", "waiting")
+_SELECT = f"SELECT {', '.join(STEP_COLUMNS)} FROM turn_steps"
+
+
+class StepsMixin(Tables):
+    def steps(self, turn_id: str) -> list[dict]:
+        """The turn's steps, ordered by step number."""
+        return [_step(r) for r in self._all(_SELECT + " WHERE turn_id = ? ORDER BY step", [turn_id])]
+
+    def get_step(self, turn_id: str, step: int) -> dict | None:
+        return _step(self._one(_SELECT + " WHERE turn_id = ? AND step = ?", [turn_id, step]))
+
+    def begin_step(self, conv_id: str, turn_id: str, step: int, kind: str, *, call_id: str | None = None,
+                   tool: str | None = None, arguments: str | None = None, attempt: int = 0) -> dict:
+        """Insert the step as 'running'; a step that exists is returned unchanged.
+
+        Idempotent: asking again for the same attempt changes nothing. Asked
+        with a higher `attempt` (the step dispatched again after a runner was
+        lost), a step whose output is not stored records that attempt, and one
+        that had failed or was interrupted or cancelled is 'running' again.
+        """
+        if kind not in STEP_KINDS:
+            raise ValueError(f"step kind must be one of {STEP_KINDS}, not {kind!r}")
+        with self._write():
+            self._require_conversation(conv_id)
+            inserted = self.db.execute(
+                """INSERT OR IGNORE INTO turn_steps (turn_id, step, conversation_id, kind, status, call_id, tool,
+                       arguments, attempt, started_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)""",
+                [turn_id, step, conv_id, kind, call_id, tool, arguments, attempt, self._clock()]).rowcount
+            if not inserted and not self._stored(turn_id, step):
+                self.db.execute(
+                    """UPDATE turn_steps SET attempt = ?, error = NULL, ended_at = NULL, started_at = ?,
+                           status = CASE WHEN status IN ('running', 'waiting') THEN status ELSE 'running' END
+                       WHERE turn_id = ? AND step = ? AND attempt < ?""",
+                    [attempt, self._clock(), turn_id, step, attempt])
+        return self.get_step(turn_id, step)  # type: ignore[return-value]
+
+    def _stored(self, turn_id: str, step: int) -> bool:
+        # the step's output is in the store: a completed model step, or a tool step that ended
+        # (finish_tool_step is the only way a tool step ends)
+        return bool(self._scalar(
+            """SELECT (kind = 'model' AND status = 'completed') OR (kind = 'tool' AND ended_at IS NOT NULL)
+               FROM turn_steps WHERE turn_id = ? AND step = ?""", [turn_id, step]))
+
+    def _claim_step(self, conv_id: str, turn_id: str, step: int, kind: str, call_id: str | None) -> bool:
+        # Caller holds the write transaction. True if the step is (now) under way and so may be
+        # finished here; a step never begun is begun first (a call stored not_run, say).
+        self.db.execute(
+            """INSERT OR IGNORE INTO turn_steps (turn_id, step, conversation_id, kind, status, call_id, started_at)
+               VALUES (?, ?, ?, ?, 'running', ?, ?)""", [turn_id, step, conv_id, kind, call_id, self._clock()])
+        status = self._scalar("SELECT status FROM turn_steps WHERE turn_id = ? AND step = ?", [turn_id, step])
+        return status in _UNDER_WAY
+
+    def finish_model_step(self, conv_id: str, turn_id: str, step: int, items: list[dict],
+                          response_id: str | None, usage: dict | None) -> bool:
+        """Once: the step 'completed', its items appended, its usage added to the turn's.
+
+        One transaction. False, and nothing written, if the step had already ended.
+        """
+        with self._write():
+            self._require_conversation(conv_id)
+            if not self._claim_step(conv_id, turn_id, step, "model", None):
+                return False
+            if items:
+                self._insert_items(conv_id, list(items), turn_id=turn_id, response_id=response_id, status=None,
+                                   output_indexed=True, first_index=self._next_output_index(conv_id, turn_id))
+            self.db.execute(
+                """UPDATE turn_steps SET status = 'completed', usage = ?, error = NULL, ended_at = ?
+                   WHERE turn_id = ? AND step = ?""",
+                [json.dumps(usage) if usage else None, self._clock(), turn_id, step])
+            if usage:
+                current = self._scalar("SELECT usage FROM turns WHERE id = ?", [turn_id])
+                total = add_usage(json.loads(current) if current else {}, usage)
+                self.db.execute("UPDATE turns SET usage = ? WHERE id = ?", [json.dumps(total), turn_id])
+        return True
+
+    def finish_tool_step(self, conv_id: str, turn_id: str, step: int, call_id: str, output: str,
+                         status: str) -> bool:
+        """Once: the call's `function_call_output` appended and the step ended, in one transaction.
+
+        `status` is the tool's outcome (ToolResult.status). The tool's own
+        answers (completed, error, timeout, refused) are stored 'completed'
+        (the outcome kept in the step's `error` when it is not 'completed');
+        interrupted, cancelled and not_run are the item's and the step's
+        status. False, and nothing written, if the step had already ended.
+        """
+        if status not in TOOL_STATUSES:
+            raise ValueError(f"tool step status must be one of {TOOL_STATUSES}, not {status!r}")
+        if not isinstance(output, str):
+            raise TypeError(f"a tool's output must be a str, not {type(output).__name__}")
+        stored_status = "completed" if status in _TOOL_ANSWERED else status
+        with self._write():
+            self._require_conversation(conv_id)
+            if not self._claim_step(conv_id, turn_id, step, "tool", call_id):
+                return False
+            item = {"type": "function_call_output", "call_id": call_id, "output": output}
+            self._insert_items(conv_id, [item], turn_id=turn_id, response_id=None, status=stored_status,
+                               output_indexed=True, first_index=self._next_output_index(conv_id, turn_id))
+            self.db.execute(
+                """UPDATE turn_steps SET status = ?, error = ?, ended_at = ?,
+                       call_id = COALESCE(call_id, ?) WHERE turn_id = ? AND step = ?""",
+                [stored_status, None if status == "completed" else status, self._clock(), call_id, turn_id, step])
+        return True
+
+    def end_step(self, turn_id: str, step: int, status: str, error: str | None = None) -> bool:
+        """A step under way ends without output (a model step failed, was cancelled or interrupted).
+
+        False if it was not under way (already ended, or never begun).
+        """
+        if status not in MODEL_END_STATUSES:
+            raise ValueError(f"a step ends with end_step as one of {MODEL_END_STATUSES}, not {status!r}")
+        with self._write():
+            return bool(self.db.execute(
+                """UPDATE turn_steps SET status = ?, error = ?, ended_at = ?
+                   WHERE turn_id = ? AND step = ? AND status IN ('running', 'waiting')""",
+                [status, error, self._clock(), turn_id, step]).rowcount)
+
+    def set_step_waiting(self, turn_id: str, step: int, waiting: bool) -> bool:
+        """A step under way waits (for an answer, for a runner to run it), or runs: 'running' <-> 'waiting'.
+
+        Only the step changes: the turn's own status is the loop's to set.
+        False if the step was not in the other state.
+        """
+        new, old = ("waiting", "running") if waiting else ("running", "waiting")
+        with self._write():
+            return bool(self.db.execute(
+                "UPDATE turn_steps SET status = ? WHERE turn_id = ? AND step = ? AND status = ?",
+                [new, turn_id, step, old]).rowcount)
+
+    def session_usage(self, conv_id: str) -> dict:
+        """Usage summed over the session's turns: {input_tokens, output_tokens, total_tokens, turns}.
+
+        `turns` counts the turns that reported usage.
+        """
+        totals: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "turns": 0}
+        for (raw,) in self.conn.execute(
+                "SELECT usage FROM turns WHERE conversation_id = ? AND usage IS NOT NULL", [conv_id]):
+            usage = json.loads(raw)
+            for key in ("input_tokens", "output_tokens", "total_tokens"):
+                value = usage.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    totals[key] += value
+            totals["turns"] += 1
+        return totals
+
+
+def add_usage(total: dict, more: dict) -> dict:
+    """`total` + `more`, key by key: numbers are added, nested dicts (`*_details`) likewise."""
+    out = dict(total)
+    for key, value in more.items():
+        if isinstance(value, bool):
+            out.setdefault(key, value)
+        elif isinstance(value, (int, float)):
+            current = out.get(key)
+            out[key] = (current if isinstance(current, (int, float)) and not isinstance(current, bool) else 0) + value
+        elif isinstance(value, dict):
+            current = out.get(key)
+            out[key] = add_usage(current if isinstance(current, dict) else {}, value)
+        elif key not in out:
+            out[key] = value
+    return out
