@@ -86,7 +86,8 @@ class ApprovalsMixin(Tables):
     def _insert_rule(self, conv_id: str, tool: str, target: str) -> None:
         # Caller holds the write transaction; a rule that exists is kept as it is.
         self.db.execute(
-            "INSERT OR IGNORE INTO approval_rules (id, conversation_id, tool, target, created_at) VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO approval_rules (id, conversation_id, tool, target, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
             [ids.new_id(ids.RULE), conv_id, tool, target, self._clock()])
 
     def add_rule(self, conv_id: str, tool: str, target: str) -> dict:

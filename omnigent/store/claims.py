@@ -90,7 +90,8 @@ class ClaimsMixin(Tables):
         with self._write():
             self._require_conversation(conv_id)
             busy = self._scalar(
-                """SELECT EXISTS (SELECT 1 FROM turns WHERE conversation_id = ? AND status IN ('queued', 'running', 'waiting'))
+                """SELECT EXISTS (SELECT 1 FROM turns WHERE conversation_id = ?
+                                        AND status IN ('queued', 'running', 'waiting'))
                        OR EXISTS (SELECT 1 FROM conversation_claims WHERE conversation_id = ?)""",
                 [conv_id, conv_id])
             if busy:

@@ -152,7 +152,8 @@ class TurnsMixin(Tables):
         with self._write():
             self._require_turn(turn_id)
             changed = self.db.execute(
-                "UPDATE turns SET status = 'interrupted', ended_at = ? WHERE id = ? AND status IN ('queued', 'running', 'waiting')",
+                "UPDATE turns SET status = 'interrupted', ended_at = ? WHERE id = ?"
+                " AND status IN ('queued', 'running', 'waiting')",
                 [self._clock(), turn_id],
             ).rowcount
         return self.get_turn(turn_id) if changed else None
@@ -232,7 +233,8 @@ class TurnsMixin(Tables):
                     if self.db.execute(
                         """UPDATE turns SET owner_pid = ?,
                                status = CASE status WHEN 'interrupted' THEN 'queued' ELSE status END
-                           WHERE id = ? AND owner_pid = ? AND status IN ('queued', 'running', 'waiting', 'interrupted')""",
+                           WHERE id = ? AND owner_pid = ?
+                             AND status IN ('queued', 'running', 'waiting', 'interrupted')""",
                         [owner_pid, turn_id, pid],
                     ).rowcount:
                         taken.append(turn_id)

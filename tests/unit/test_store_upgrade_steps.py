@@ -235,3 +235,26 @@ def test_old_code_reads_and_writes_an_upgraded_file(upgraded):
                             type, data, created_at FROM conversation_items WHERE turn_id IS NOT NULL LIMIT 1""")
     finally:
         conn.close()
+
+
+def test_processes_opening_at_once_upgrade_once(upgraded, previous: Path, tmp_path: Path):
+    """The rebuild holds the write lock; another process opening meanwhile waits (busy timeout), then
+    finds the file upgraded: both succeed, and the result is the same as one upgrade."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "racing.db"
+    path.write_bytes(previous.read_bytes())
+    code = f"from omnigent.store import Store; Store({str(path)!r}).close()"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outcomes = [(proc.wait(timeout=60), proc.stderr.read()) for proc in procs]
+    for proc in procs:
+        proc.stderr.close()
+    assert all(rc == 0 for rc, _ in outcomes), outcomes
+    assert dump(path) == dump(upgraded[1])
+    conn = sqlite3.connect(path)
+    try:
+        names = [r[0] for r in conn.execute("SELECT name FROM additive_migrations WHERE name LIKE '000%'")]
+    finally:
+        conn.close()
+    assert {"0007_agent_steps", "0008_item_and_turn_statuses"} <= set(names)
