@@ -21,11 +21,20 @@ KEYS: dict = {
     "prompt": None,
     "instructions": None,
     "reasoning_effort": None,
+    # what the agent may do (spec.py checks the values); each may also sit under executor
+    "tools": None,
+    "permissions": None,
+    "max_steps": None,
+    "tool_timeout": None,
     "executor": {
         "harness": None,
         "model": None,
         "reasoning_effort": None,  # where earlier releases read it; same meaning as the top-level key
         "auth": {"type": None, "api_key": None, "base_url": None},
+        "tools": None,
+        "permissions": None,
+        "max_steps": None,
+        "tool_timeout": None,
     },
 }
 

@@ -12,6 +12,9 @@ That holds for what comes in from now on (the CLI's files, clients'
 uploads); specs stored by earlier releases are read leniently by
 `AgentSpec.from_dict`, their unknown keys ignored and logged once.
 
+What an agent may do (`tools`, `permissions`, `max_steps`, `tool_timeout`)
+is part of its spec too; `actions.py` checks those keys.
+
 Credentials stay as written: `${VAR}` references in `executor.auth` are checked
 but not expanded here, so values from the environment never reach the store or
 an upload (ARCHITECTURE.md, "Security"). `resolve_auth` expands them in the
@@ -26,6 +29,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from . import actions
+from .actions import DEFAULT_MAX_STEPS, DEFAULT_PERMISSIONS, DEFAULT_TOOL_TIMEOUT
 from .keys import unknown_keys
 
 HARNESSES = ("openai-agents", "openai-chat")
@@ -68,6 +73,8 @@ class AgentSpec:
     None. `raw` is the effective YAML document: the file's mapping with the
     overrides and the defaulted harness/model written in; unknown keys kept.
     `source` names where it came from and takes no part in equality.
+    `tools`, `permissions`, `max_steps` and `tool_timeouts` (`{name: seconds}`,
+    always with "default") say what the agent may do.
     """
 
     name: str
@@ -78,6 +85,10 @@ class AgentSpec:
     reasoning_effort: str | None
     source: str = field(compare=False)
     raw: dict = field(hash=False)
+    tools: tuple[str, ...] = ()
+    permissions: str = DEFAULT_PERMISSIONS
+    max_steps: int = DEFAULT_MAX_STEPS
+    tool_timeouts: dict = field(default_factory=lambda: {"default": DEFAULT_TOOL_TIMEOUT}, hash=False)
 
     def to_dict(self) -> dict:
         """JSON-able form sent to runners; `from_dict` reverses it (without `source`)."""
@@ -88,6 +99,10 @@ class AgentSpec:
             "model": self.model,
             "auth": _clone(self.auth),
             "reasoning_effort": self.reasoning_effort,
+            "tools": list(self.tools),
+            "permissions": self.permissions,
+            "max_steps": self.max_steps,
+            "tool_timeouts": dict(self.tool_timeouts),
             "raw": _clone(self.raw),
         }
 
@@ -194,6 +209,10 @@ def build_spec(
         eff_model = _nonempty(model, source, "--model")
     effort = _effort(doc, executor, source)
     auth = _auth(executor.get("auth"), source)
+    try:
+        may = actions.read(doc, executor, source, strict=strict)
+    except actions.Bad as exc:
+        raise SpecError(source, exc.problem, exc.where) from None
     if eff_model is None:
         if strict:
             raise SpecError(source, "'executor.model' is missing (name the model to use, or pass --model)")
@@ -218,6 +237,10 @@ def build_spec(
         reasoning_effort=effort,
         source=source,
         raw=raw,
+        tools=may.tools,
+        permissions=may.permissions,
+        max_steps=may.max_steps,
+        tool_timeouts=may.tool_timeouts,
     )
 
 

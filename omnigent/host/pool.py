@@ -36,12 +36,13 @@ other: permanent, restarted by the same policy.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,7 @@ from supervisor import (
 from ..config.timeline import mark
 from ..link.memory import LinkEnd
 from ..link.runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR, hash_secret, mint_secret
+from ..tools import reaper
 from .env import TOOL_POLICY_VAR, clean_session_env, passthrough_names
 
 log = logging.getLogger("omnigent.host")
@@ -145,6 +147,7 @@ class Host:
         self.launcher = launcher
         self.supervisor = Supervisor(policy, name="host")
         self._online: dict[str, trio.Event] = {}
+        self._pids: dict[str, int] = {}       # runner id -> pid, while its process lives
         self._slot_of: dict[str, str] = {}   # runner id -> slot name
         self.first_launch = trio.Event()      # lets the caller overlap its own start-up with ours
         # on demand (the daemon)
@@ -191,12 +194,15 @@ class Host:
         log.info("Launched runner %s for workspace %s (pid=%d)", config.label, config.cwd, handle.pid)
         mark("runner.spawned")
         self.first_launch.set()
+        self._pids[config.label] = handle.pid
         self.link.post(p.RunnerLaunched(runner_id=config.label, pid=handle.pid, log_path=str(config.log_path)))
 
     def _exited(self, config: ProcessConfig, _handle, returncode: int) -> None:
         runner_id = config.label
         self._online.pop(runner_id, None)
         self._slot_of.pop(runner_id, None)
+        self._pids.pop(runner_id, None)
+        self._sweep_tools()
         if not self._online:
             self.idle_since = trio.current_time()
         reason = describe_returncode(returncode)
@@ -206,6 +212,18 @@ class Host:
             signal=-returncode if returncode < 0 else None, reason=reason,
             log_tail=read_log_tail(config.log_path, lines=20) if returncode else "",
         ))
+
+    def _sweep_tools(self) -> None:
+        """Kill what the tools of a runner that ended left behind (they are ours: we are a subreaper).
+
+        Only processes marked as a tool's whose runner is gone: this process may
+        have children of its own (the local tree's, a test's). Blocking, bounded
+        (`reaper.sweep_orphans`); nothing to do costs one read of /proc.
+        """
+        live = set(self._pids.values())
+        swept = reaper.sweep_orphans(keep=live, select=reaper.orphaned_tools(alive=live))
+        if swept:
+            log.info("killed %d leftover tool process(es) of ended runners: %s", len(swept), swept)
 
     def specs(self) -> list[ChildSpec]:
         """The fixed slots, `runner-0` ... (spares, if any, are numbered after them)."""
@@ -241,7 +259,7 @@ class Host:
         the server turns that into a clear error for whoever waits on a turn.
         """
         self.idle_since = trio.current_time()
-        async with trio.open_nursery() as nursery:
+        async with _subreaper(), trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._serve_link)
             if self.spares:
@@ -382,6 +400,27 @@ class Host:
                 log.info("runner %s unused for %.0f s: stopping it", launch.runner_id, now - active_at)
                 launch.scope.cancel()
                 return
+
+
+_subreaper_pools = 0  # pools running in this process: the subreaper flag is process-wide
+
+
+@contextlib.asynccontextmanager
+async def _subreaper() -> AsyncIterator[None]:
+    """This process is a subreaper while a pool runs in it, so a killed runner's orphaned tool
+    processes come to us to be swept (see `omnigent.tools.reaper`); cleared after the last
+    pool stopped its runners, so a process that hosted a pool for a while (a test) does not
+    go on collecting other processes' orphans."""
+    global _subreaper_pools
+    if _subreaper_pools == 0:
+        reaper.become_subreaper()
+    _subreaper_pools += 1
+    try:
+        yield
+    finally:
+        _subreaper_pools -= 1
+        if _subreaper_pools == 0:
+            reaper.become_subreaper(False)
 
 
 class _Relay:

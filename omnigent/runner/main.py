@@ -4,8 +4,14 @@ A runner holds no durable state; each TurnStart carries everything it needs.
 What this module owns is the process's lifetime: connecting (with patience
 while the server starts), the frame loop, and exiting promptly and cleanly
 when stdin reaches EOF (a dead supervisor leaves no orphan, G9) or on
-SIGTERM. The turns themselves (one task per turn with its own cancel scope,
-what is still owed an end) are `turns.py`'s.
+SIGTERM. The turns themselves (one task per step with its own cancel scope,
+what is still owed an end) are `turns.py`'s; a model step goes to the
+harness, a tool step to `tool_steps.py`.
+
+Tools: the runner makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`)
+before it dials, so a tool's daemonised grandchildren (`cmd &`, `nohup`, a
+double fork) are reparented to it rather than to init, and it sweeps them
+(`sweep_orphans`) whenever no tool runs and once more at exit.
 
 A dropped websocket does not end a runner: its turns go on (the model's
 stream with them), their frames wait in the outbox, and it dials the same
@@ -58,6 +64,7 @@ from protocol import (
     Ping,
     Pong,
     ProtocolError,
+    ToolStart,
     TurnCompleted,
     TurnFailed,
     TurnStart,
@@ -68,7 +75,8 @@ from protocol import (
 from ._log import log, one_line
 from .config import Config, ConfigError, load_config  # noqa: F401  (their home before)
 from .redial import FATAL, REFUSED, Backoff
-from .turns import Emit, Turns
+from .tool_steps import ToolSlots, cancelled_result
+from .turns import Emit, Start, Turns
 from .watch import _watch_signals, _watch_stdin
 
 # Must match harness.HARNESSES (a unit test checks), without importing openai.
@@ -99,7 +107,9 @@ class Runner:
         self.stopping = False
         # What `request_stop` cancels: the connect loop, then the session.
         self._active = trio.CancelScope()
-        self._turns = Turns(self._execute)
+        self._turns = Turns(self._execute, self._cancelled_tool)
+        self._tools = ToolSlots()
+        self._secrets: list[str] | None = None  # known once the tools package is loaded
         self._unsent: tuple[Frame, Any] | None = None  # its send failed: first on the next connection
         self._dial = dial or _dial_websocket
         self._backoff = Backoff(rng=rng)
@@ -179,6 +189,8 @@ class Runner:
             with trio.move_on_after(DISCONNECT_TIMEOUT) as scope:
                 scope.shield = True
                 await self._pool.aclose()
+        if self._secrets is not None:  # tools were loaded: nothing they started may outlive us
+            await self._tools.sweep()
 
     # --- session --------------------------------------------------------
 
@@ -245,6 +257,7 @@ class Runner:
 
     def _import_harness(self) -> None:
         # In a worker thread: the loop keeps watching stdin and signals meanwhile.
+        self._import_tools()
         from omnigent.runner import harness, offload
 
         if len(offload.install()) < 2:
@@ -255,6 +268,19 @@ class Runner:
         except Exception as exc:  # only an optimisation; the turn will report a real problem
             log(f"prewarm failed: {one_line(exc)}")
         self._harness, self._pool = harness, pool
+
+    def _import_tools(self) -> None:
+        # Before the first tool can run: its orphans must come to us, not to init.
+        if self._secrets is not None:
+            return
+        try:
+            from omnigent.tools import reaper, secret_values
+        except ImportError as exc:  # the turn reports it when a tool is asked for
+            log(f"tools unavailable: {one_line(exc)}")
+            return
+        if not reaper.become_subreaper():
+            log("could not become a child subreaper: a tool's daemonised processes are not swept here")
+        self._secrets = secret_values(self.environ)
 
     async def prewarm(self) -> None:
         """Pay the import and the first client's cost before dialing, not inside the first turn."""
@@ -283,7 +309,7 @@ class Runner:
                     await ws.send_message(encode(Pong(frame.ts)))
                 except ConnectionClosed as exc:
                     return self._closed(exc, "")
-            elif isinstance(frame, TurnStart):
+            elif isinstance(frame, (TurnStart, ToolStart)):
                 self._turns.start(frame)
             elif isinstance(frame, Cancel):
                 self._turns.cancel(frame.turn_id)
@@ -314,9 +340,18 @@ class Runner:
 
     # --- turns (turns.py) ----------------------------------------------
 
-    async def _execute(self, start: TurnStart, emit: Emit) -> Frame:
+    async def _execute(self, start: Start, emit: Emit, captured: list[str]) -> Frame:
+        if isinstance(start, ToolStart):
+            from . import tool_steps
+
+            if self._secrets is None:
+                await trio.to_thread.run_sync(self._import_tools)
+            return await tool_steps.run_tool_step(start, emit, captured, self._tools, self.environ)
         harness = await self._load_harness()
         return await harness.execute(self._pool, start, emit, self.environ)
+
+    def _cancelled_tool(self, start: ToolStart, captured: list[str]) -> Frame:
+        return cancelled_result(start, captured, self._secrets or ())
 
     # --- protocol errors ------------------------------------------------
 

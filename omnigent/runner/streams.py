@@ -6,6 +6,16 @@ finished items through `emit` as they come, and return the turn's terminal
 frame. Output items are kept exactly as the endpoint returned them (with
 their `id`), so they can be stored and sent back unchanged.
 
+Tools: when the turn's session has a workspace, the agent's tools are
+offered (`wire.responses_tools` / `wire.chat_tools` over
+`omnigent.tools.definitions`); without one, none are, and the instructions
+say why (`wire.NO_WORKSPACE`). The model's calls come back in the terminal
+frame's `output` as Responses `function_call` items, whichever the harness:
+Responses returns them so; chat's `tool_calls` deltas are assembled by index
+(`_ToolCalls`) into the same shape, so the store holds one. The request is a
+pure function of the TurnStart (no ids, no clock), so a model step sent again
+after a crash sends the same bytes.
+
 A stream that ends early is told apart by whether output had begun:
 - before any output, the failure is raised (`EmptyStream` for a stream that
   simply ended, the transport error otherwise) so `retry` may try again;
@@ -28,7 +38,7 @@ from protocol import TurnCompleted, TurnEvent, TurnFailed, TurnStart
 from protocol import events as ev
 
 from ._log import one_line
-from .wire import chat_messages, normalize_input
+from .wire import chat_messages, chat_tools, instructions_for, normalize_input, responses_tools
 
 Emit = Callable[[TurnEvent], Awaitable[None]]
 Terminal = TurnCompleted | TurnFailed
@@ -49,6 +59,30 @@ def reasoning_effort(turn: TurnStart) -> str | None:
 def model_name(turn: TurnStart) -> str:
     # Exactly as given: mock queues and providers key on it (reference §6.2).
     return turn.model or turn.agent.get("model") or ""
+
+
+def tool_names(turn: TurnStart) -> list[str]:
+    """The tools the agent wants (whether they can be offered depends on the workspace)."""
+    names = turn.agent.get("tools")
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def offered_tools(turn: TurnStart) -> list[dict[str, Any]]:
+    """The neutral definitions of the tools offered in this model step: none without a workspace."""
+    names = tool_names(turn)
+    if not names or turn.workspace is None:
+        return []
+    return _definitions(names)
+
+
+def _definitions(names: list[str]) -> list[dict[str, Any]]:
+    from omnigent.tools import definitions  # the runner alone imports the tools package (light)
+
+    return definitions(names)
+
+
+def instructions(turn: TurnStart) -> str | None:
+    return instructions_for(turn.agent.get("instructions"), bool(tool_names(turn)), turn.workspace)
 
 
 class _Answer:
@@ -92,11 +126,15 @@ class _Answer:
 
 async def respond(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Terminal:
     kwargs: dict[str, Any] = {"model": model_name(turn), "input": normalize_input(turn.input), "stream": True}
-    if turn.agent.get("instructions"):
-        kwargs["instructions"] = turn.agent["instructions"]
+    text = instructions(turn)
+    if text:
+        kwargs["instructions"] = text
     effort = reasoning_effort(turn)
     if effort:
         kwargs["reasoning"] = {"effort": effort}
+    tools = offered_tools(turn)
+    if tools:
+        kwargs["tools"] = responses_tools(tools)
     stream = await client.responses.create(**kwargs)
     answer = _Answer(turn, emit)
     received = 0
@@ -150,15 +188,19 @@ async def respond(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Te
 async def chat(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Terminal:
     kwargs: dict[str, Any] = {
         "model": model_name(turn),
-        "messages": chat_messages(turn.agent.get("instructions"), turn.input),
+        "messages": chat_messages(instructions(turn), turn.input),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
     effort = reasoning_effort(turn)
     if effort:
         kwargs["reasoning_effort"] = effort
+    tools = offered_tools(turn)
+    if tools:
+        kwargs["tools"] = chat_tools(tools)
     stream = await client.chat.completions.create(**kwargs)
     answer = _Answer(turn, emit)
+    calls = _ToolCalls()
     received = 0
     usage = None
     finished = False
@@ -175,6 +217,9 @@ async def chat(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Termi
                 if delta:
                     received += len(delta)
                     await answer.delta(delta)
+                if choice.delta is not None and choice.delta.tool_calls:
+                    answer.started = True
+                    calls.add(choice.delta.tool_calls)
                 finished = finished or choice.finish_reason is not None
     except _BROKEN:
         if not answer.started:
@@ -194,9 +239,49 @@ async def chat(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Termi
         "status": "completed",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
     }
+    output = [item] if text else []
     if text:
         await answer.item_done(item)
-    return TurnCompleted(turn.turn_id, f"resp_{uuid.uuid4().hex}", [item] if text else [], usage)
+    for call in calls.items():
+        await answer.item_done(call)
+        output.append(call)
+    return TurnCompleted(turn.turn_id, f"resp_{uuid.uuid4().hex}", output, usage)
+
+
+class _ToolCalls:
+    """Chat `tool_calls` deltas assembled by index into Responses `function_call` items.
+
+    A call's first delta carries its id and name, later ones pieces of its
+    arguments (some servers repeat the id or send everything at once); the
+    items come out in index order. A server that sends no id gets one made up
+    (9 letters and digits, which every template accepts), so every call can be
+    answered."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, Any]] = {}
+
+    def add(self, deltas: Any) -> None:
+        for position, delta in enumerate(deltas):
+            index = delta.index if isinstance(getattr(delta, "index", None), int) else position
+            call = self._calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+            if delta.id and not call["id"]:
+                call["id"] = delta.id
+            function = delta.function
+            if function is not None:
+                if function.name and not call["name"]:
+                    call["name"] = function.name
+                if function.arguments:
+                    call["arguments"].append(function.arguments)
+
+    def items(self) -> list[dict[str, Any]]:
+        out = []
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            # 9 letters and digits: what strict templates (Mistral's) require of a call id
+            call_id = call["id"] or uuid.uuid4().hex[:9]
+            out.append({"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": call["name"],
+                        "arguments": "".join(call["arguments"]) or "{}", "status": "completed"})
+        return out
 
 
 # --- helpers -----------------------------------------------------------------

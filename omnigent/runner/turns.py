@@ -1,20 +1,27 @@
-"""The turns a runner runs, and owes the server an end for, across its connections.
+"""The steps a runner runs, and owes the server an end for, across its connections.
 
-Each `TurnStart` runs in a task of its own, in a nursery that outlives any
-one connection, under its own cancel scope (a `Cancel` ends only that turn).
+A turn is a loop of steps that the server drives (server/agent_loop.py): a
+model step is a `TurnStart(step=n)`, a tool step a `ToolStart(step=n)`. Each
+runs in a task of its own, in a nursery that outlives any one connection,
+under its own cancel scope (a `Cancel(turn_id)` ends only that turn's step).
 Its frames go into one bounded outbox that the current connection's send
-loop drains: while no connection is up they wait there (a turn waits when
-it is full). A turn stays owed until its end frame has gone out, so a
-reconnect's hello lists it (`claims`) and a restarted server can adopt it.
+loop drains: while no connection is up they wait there (a step waits when
+it is full). A step stays owed until its end frame has gone out, so a
+reconnect's hello lists it (`claims`: turn id, attempt, generation, step)
+and a restarted server can adopt it.
 
-What it guarantees: every owed turn ends with exactly one end frame
-(`TurnCompleted` or `TurnFailed`, "cancelled" when cancelled); a crash in a
-turn becomes its `TurnFailed("runner_error")` and never touches the other
-turns; a new attempt of a turn first waits for the old one to end.
+What it guarantees: every owed step ends with exactly one end frame
+(`TurnCompleted` or `TurnFailed`, "cancelled" when cancelled, for a model
+step; `ToolResult` for a tool step, "cancelled" with the output so far); a
+crash in a step becomes its failure frame and never touches the other turns;
+one step at a time per turn: a new one (another attempt, the next step)
+first waits for the old one to end; the same step sent twice (same turn,
+attempt, step and kind) runs once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,33 +29,57 @@ from typing import Any
 
 import trio
 
-from protocol import Frame, TurnCompleted, TurnFailed, TurnStart
+from protocol import Frame, ToolResult, ToolStart, TurnCompleted, TurnFailed, TurnStart
 
 from ._log import log, one_line
+from .tool_steps import cancelled_result, crashed_result
 
 # frames held while no connection is up (a turn waits when it is full): a long answer's deltas
 OUTBOX_SIZE = 4096
 
 Emit = Callable[[Frame], Awaitable[None]]
+Start = TurnStart | ToolStart
+_ENDS = (TurnCompleted, TurnFailed, ToolResult)
 
 
 @dataclass
 class _Turn:
-    """A turn this runner owes the server an end for: running, or its end not yet sent."""
+    """A step this runner owes the server an end for: running, or its end not yet sent."""
 
-    start: TurnStart
+    start: Start
     scope: trio.CancelScope
     done: trio.Event
+    captured: list[str] = dataclasses.field(default_factory=list)  # a tool's output so far
+
+    @property
+    def kind(self) -> str:
+        if isinstance(self.start, TurnStart):
+            return "model"
+        return "preview" if self.start.approval == "preview" else "tool"
+
+    @property
+    def key(self) -> tuple[int, int, str]:
+        """What makes a step the same step again: a duplicate frame is ignored."""
+        return (self.start.attempt, self.start.step, self.kind)
 
     def claim(self) -> dict[str, Any]:
-        return {"turn_id": self.start.turn_id, "attempt": self.start.attempt, "generation": self.start.generation}
+        claim = {"turn_id": self.start.turn_id, "attempt": self.start.attempt,
+                 "generation": self.start.generation, "step": self.start.step, "kind": self.kind}
+        if isinstance(self.start, ToolStart):
+            claim["call_id"] = self.start.call_id
+        return claim
 
 
 class Turns:
-    """The runner's turns; `execute(start, emit)` runs one with the harness and returns its end frame."""
+    """The runner's steps; `execute(start, emit, captured)` runs one and returns its end frame.
 
-    def __init__(self, execute: Callable[[TurnStart, Emit], Awaitable[Frame]]) -> None:
+    `cancelled(start, captured)` makes the end frame of a cancelled tool step
+    (the default keeps the output, without knowing any secret)."""
+
+    def __init__(self, execute: Callable[[Start, Emit, list[str]], Awaitable[Frame]],
+                 cancelled: Callable[[ToolStart, list[str]], Frame] = cancelled_result) -> None:
         self._execute = execute
+        self._cancelled = cancelled
         self._running: dict[str, _Turn] = {}   # running here now
         self._owed: dict[str, _Turn] = {}      # turn id -> the attempt whose end is not yet sent
         self._outbox, self.queued = trio.open_memory_channel[tuple[Frame, "_Turn | None"]](OUTBOX_SIZE)
@@ -59,16 +90,17 @@ class Turns:
         return len(self._owed)
 
     def claims(self) -> list[dict[str, Any]]:
-        """What a hello's `in_flight` lists: each owed turn's id, attempt and generation."""
+        """What a hello's `in_flight` lists: each owed step's turn id, attempt, generation and step."""
         return [turn.claim() for turn in self._owed.values()]
 
-    def start(self, start: TurnStart) -> None:
+    def start(self, start: Start) -> None:
         old = self._owed.get(start.turn_id)
-        if old is not None and old.start.attempt == start.attempt:
-            log(f"turn {start.turn_id} is already running here: duplicate turn.start ignored")
-            return
         # Registered before the task runs, so a Cancel right behind it still finds it.
         turn = _Turn(start, trio.CancelScope(), trio.Event())
+        if old is not None and old.key == turn.key:
+            log(f"turn {start.turn_id} step {start.step} ({turn.kind}) is already running here: "
+                f"duplicate {start.kind} ignored")
+            return
         self._running[start.turn_id] = self._owed[start.turn_id] = turn
         assert self.nursery is not None
         self.nursery.start_soon(self._run, turn, old)
@@ -84,43 +116,54 @@ class Turns:
             log(f"cancel for turn {turn_id}, which is not running here: ignored")
 
     def sent(self, frame: Frame, turn: _Turn | None) -> None:
-        """A frame from the outbox went out: once it is the turn's end, nothing is owed any more."""
-        if turn is not None and isinstance(frame, (TurnCompleted, TurnFailed)) \
-                and self._owed.get(turn.start.turn_id) is turn:
+        """A frame from the outbox went out: once it is the step's end, nothing is owed any more."""
+        if turn is not None and isinstance(frame, _ENDS) and self._owed.get(turn.start.turn_id) is turn:
             del self._owed[turn.start.turn_id]
 
     async def _run(self, turn: _Turn, superseded: _Turn | None) -> None:
         start = turn.start
-        if superseded is not None:  # another attempt of this turn: it ends (and says so) first
+        if superseded is not None:  # another attempt or step of this turn: it ends (and says so) first
             superseded.scope.cancel()
             await superseded.done.wait()
-        harness_name = start.agent.get("harness") or "openai-agents"
-        log(f"turn {start.turn_id} start: session {start.session_id} attempt {start.attempt} "
-            f"model {start.model!r} harness {harness_name} ({len(start.input)} input items)")
+        log(f"turn {start.turn_id} step {start.step} start: session {start.session_id} attempt {start.attempt} "
+            + _describe(start))
         started = trio.current_time()
         terminal: Frame | None = None
         try:
             with turn.scope:
                 terminal = await self._guarded(start, turn)
             if turn.scope.cancel_called or terminal is None:
-                terminal = TurnFailed(start.turn_id, "cancelled", "cancelled")
+                terminal = (self._cancelled(start, turn.captured) if isinstance(start, ToolStart)
+                            else TurnFailed(start.turn_id, "cancelled", "cancelled"))
             elapsed = trio.current_time() - started
             if isinstance(terminal, TurnFailed):
                 log(f"turn {start.turn_id} failed after {elapsed:.2f} s: {terminal.code}: {terminal.message}")
+            elif isinstance(terminal, ToolResult):
+                log(f"turn {start.turn_id} step {start.step}: {start.name} {terminal.status} after {elapsed:.2f} s"
+                    + (f" (exit code {terminal.exit_code})" if terminal.exit_code is not None else ""))
             else:
-                log(f"turn {start.turn_id} completed after {elapsed:.2f} s")
+                log(f"turn {start.turn_id} step {start.step} completed after {elapsed:.2f} s")
             await self._outbox.send((terminal, turn))
         finally:
             if self._running.get(start.turn_id) is turn:
                 del self._running[start.turn_id]
             turn.done.set()
 
-    async def _guarded(self, start: TurnStart, turn: _Turn) -> Frame:
+    async def _guarded(self, start: Start, turn: _Turn) -> Frame:
         async def emit(frame: Frame) -> None:
             await self._outbox.send((frame, turn))
 
         try:
-            return await self._execute(start, emit)
+            return await self._execute(start, emit, turn.captured)
         except Exception as exc:  # a bug in a turn must not take the other turns down
             log(f"turn {start.turn_id} crashed:\n{traceback.format_exc().rstrip()}")
+            if isinstance(start, ToolStart):
+                return crashed_result(start, exc)
             return TurnFailed(start.turn_id, "runner_error", one_line(f"{type(exc).__name__}: {exc}"))
+
+
+def _describe(start: Start) -> str:
+    if isinstance(start, ToolStart):
+        return f"tool {start.name} call {start.call_id} approval {start.approval}"
+    harness_name = start.agent.get("harness") or "openai-agents"
+    return f"model {start.model!r} harness {harness_name} ({len(start.input)} input items)"

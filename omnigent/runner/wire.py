@@ -1,18 +1,28 @@
-"""The turn's history as each harness's request wants it.
+"""The turn's history, and the tools offered, as each harness's request wants them.
 
 The server already sends a well-formed conversation in the Responses API's
 own item shapes (`omnigent/server/history.py`: user messages as
 `{role, content}`, output items as the endpoint returned them, unanswered
-user messages merged). This module only converts:
+user messages merged, every `function_call` followed by its
+`function_call_output`). This module only converts:
 
 - `normalize_input`: Responses API input. Items pass through as received;
   omnigent's own fields are dropped again here (a defensive no-op for a
   current server) so nothing omnigent-specific can reach a provider.
-- `chat_messages`: Chat Completions messages, role + plain text. Items with no
-  chat form (function calls, reasoning) are left out, and what remains is
-  made to alternate again: consecutive messages of one role are joined, and
-  an assistant message with no text is dropped, because leaving items out
-  can make two user messages meet.
+- `chat_messages`: Chat Completions messages. Messages become role + plain
+  text; a run of assistant output (text and `function_call` items of one
+  step) becomes one assistant message with `tool_calls` (its text in
+  `content`, None when it has none: such a message is kept, it is not
+  empty); a `function_call_output` becomes a `role: tool` message. Items with
+  no chat form (reasoning) are left out, and what remains is made to
+  alternate again: consecutive messages of one role are joined, and an
+  assistant message with neither text nor calls is dropped, because leaving
+  items out can make two user messages meet. A call without an output, or an
+  output without its call, is left out too: chat servers refuse either, and
+  the server's history never sends one.
+- `responses_tools` / `chat_tools`: the neutral tool definitions
+  (`omnigent.tools.definitions`) in each API's shape, built the same way
+  every time so a repeated model step sends a byte-identical body.
 """
 
 from __future__ import annotations
@@ -23,17 +33,52 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 _OMNIGENT_FIELDS = ("response_id", "created_at", "turn_id")
 _CHAT_ROLES = ("user", "assistant", "system", "developer")
 
+# What a model is told when the agent has tools but the session has no workspace
+# (sessions created through the API before workspaces existed).
+NO_WORKSPACE = "This session has no workspace, so file and shell tools are not available."
+
 
 def normalize_input(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The history as Responses API input: the items as received, without omnigent's fields."""
     return [{k: v for k, v in item.items() if k not in _OMNIGENT_FIELDS} for item in items]
 
 
-def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The history as chat messages: role + plain text, alternating user and assistant."""
-    messages = [{"role": "system", "content": instructions}] if instructions else []
+def responses_tools(definitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Responses API `tools`: one function tool per definition, `strict` off (our schemas are loose)."""
+    return [{"type": "function", "name": d["name"], "description": d["description"],
+             "parameters": d["parameters"], "strict": False} for d in definitions]
+
+
+def chat_tools(definitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat Completions `tools`: `{"type": "function", "function": {...}}` per definition."""
+    return [{"type": "function", "function": {"name": d["name"], "description": d["description"],
+                                              "parameters": d["parameters"]}} for d in definitions]
+
+
+def instructions_for(instructions: str | None, tools_wanted: bool, workspace: str | None) -> str | None:
+    """The instructions sent: the spec's, plus one line when its tools cannot be offered here."""
+    if not tools_wanted or workspace is not None:
+        return instructions or None
+    return f"{instructions.rstrip()}\n\n{NO_WORKSPACE}" if instructions and instructions.strip() else NO_WORKSPACE
+
+
+def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history as chat messages, alternating user and assistant, tool results after their calls."""
+    answered = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+    asked = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     for item in items:
-        if item.get("type", "message") != "message":
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            if item.get("call_id") in answered:
+                _append_call(messages, item)
+            continue
+        if kind == "function_call_output":
+            if item.get("call_id") in asked:
+                messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                                 "content": _output_text(item.get("output"))})
+            continue
+        if kind != "message":
             continue
         role = item.get("role")
         if role not in _CHAT_ROLES:
@@ -56,3 +101,25 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list
         else:
             messages.append({"role": role, "content": content})
     return messages
+
+
+def _append_call(messages: list[dict[str, Any]], item: dict[str, Any]) -> None:
+    """Add a call to the assistant message it belongs to: the last one, unless a tool or user spoke since."""
+    call = {"id": item["call_id"], "type": "function",
+            "function": {"name": item.get("name") or "", "arguments": item.get("arguments") or "{}"}}
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant":
+        if not last["content"]:
+            last["content"] = None
+        last.setdefault("tool_calls", []).append(call)
+    else:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def _output_text(output: Any) -> str:
+    # Our outputs are strings; the Responses API also allows a list of content parts.
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return "".join(p.get("text") or "" for p in output if isinstance(p, dict))
+    return ""

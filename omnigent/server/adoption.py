@@ -9,7 +9,10 @@ runner lists what it still owes in `Hello.in_flight`; `claim` adopts each
 entry whose turn is expected and whose runner, attempt and ownership
 generation all match what the store says, by opening that turn's route on
 the new connection before any of its frames are read, so the buffered ones
-land there too and the answer is stored once. Every other entry (an ended
+land there too and the answer is stored once. A claim names the step it
+runs (a model step or a tool step of the agent loop): only the turn's
+running step is adopted, and the loop then follows it to its end
+(`agent_loop.py`), a tool's result stored once like an answer. Every other entry (an ended
 turn, another attempt, a session that has moved on: a late result) is
 refused: the runner is told to cancel it, and the connection drops whatever
 else it sends for that turn (`serve_runner`'s draining set).
@@ -106,6 +109,17 @@ class Adoptions:
         if entry.get("generation") != expected.generation or current != expected.generation:
             return (f"generation {entry.get('generation')!r} is not the session's generation {current}"
                     " (the session has moved on)")
+        return self._step_mismatch(turn_id, entry)
+
+    def _step_mismatch(self, turn_id: str, entry: dict[str, Any]) -> str | None:
+        """A claim names the step it runs (the agent loop's): it must be the turn's running one."""
+        step = entry.get("step")
+        if step is None:
+            return None  # a runner of the previous protocol: one step per turn
+        steps = self.store.steps(turn_id)
+        running = [s["step"] for s in steps if s["status"] == "running"]
+        if step not in running:
+            return f"step {step!r} is not the turn's running step {running[-1] if running else None!r}"
         return None
 
     async def wait(self, turn_id: str) -> tuple[RunnerConn, trio.MemoryReceiveChannel[Any]] | None:

@@ -8,7 +8,10 @@ this module turns that record into a conversation every server accepts.
 
 The rules (the same for every harness and for items stored by any release):
 
-- Items up to and including the turn's own user message, in order.
+- Items up to and including the turn's own user message, in order; then,
+  when the turn is named, its own items stored after that message (the
+  loop's earlier steps: text, `function_call`s and their outputs), up to the
+  next user message.
 - A user (or system/developer) message goes as `{role, content}` only.
 - Every other item goes as the endpoint returned it, with its `id`, minus
   omnigent's own fields (`response_id`, `created_at`, `turn_id`).
@@ -24,6 +27,20 @@ The rules (the same for every harness and for items stored by any release):
   the model, as it is in the transcript the user sees.
 - A partial answer (a stream that dropped mid-answer, stored as
   `incomplete`) counts as an answer: the model sees what the user saw.
+- **Every `function_call` is answered.** A call with no stored
+  `function_call_output` (the turn failed after the model step, before its
+  tools ran or were marked) gets a synthetic output, "not run: the turn
+  failed", right after its step's calls; an output whose call is not sent is
+  left out. Both APIs refuse a history that breaks either rule.
+- **A turn that ended on tool results is closed.** When a user message
+  follows a `function_call_output` (the turn failed, was cancelled or hit
+  `max_steps` after its tools ran), a short assistant message saying so
+  goes between them, `{"type": "message", "role": "assistant", "content":
+  NO_ANSWER}`: templates that check alternation (llama.cpp's Mistral ones)
+  skip tool messages and would otherwise see two user turns in a row.
+- A `function_call_output` is omnigent's own item: it goes as
+  `{type, call_id, output}` only. Its stored status (`interrupted`,
+  `cancelled`, `not_run`) is not an API status; its output text says it.
 
 Pure functions over plain dicts: no store, no I/O, so the rules are unit
 tested directly and over a store of the previous release.
@@ -40,14 +57,32 @@ _PLAIN_ROLES = ("user", "system", "developer")
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
-def build_history(items: Iterable[dict[str, Any]], input_item_id: str | None) -> list[dict[str, Any]]:
-    """The model's input for the turn whose user message is `input_item_id` (None: all items)."""
+NOT_RUN_FAILED = "not run: the turn failed"
+NO_ANSWER = "(no answer: the turn ended after these tool results)"
+
+
+def build_history(items: Iterable[dict[str, Any]], input_item_id: str | None,
+                  turn_id: str | None = None) -> list[dict[str, Any]]:
+    """The model's input for the turn whose user message is `input_item_id` (None: all items).
+
+    With `turn_id`, the items of that turn stored after its message come too,
+    up to the next user message (which starts another turn); an item that
+    carries another `turn_id` is left out, one that carries none is taken as
+    the turn's (items stored between its message and the next are its own:
+    a later message joins the conversation only once this turn has ended)."""
     upto = []
+    items = iter(items)
     for item in items:
         upto.append(item)
         if item.get("id") == input_item_id:
             break
-    return well_formed(clean_item(item) for item in upto)
+    if turn_id is not None and input_item_id is not None:
+        for item in items:
+            if _is_user(item):
+                break
+            if item.get("turn_id", turn_id) == turn_id:
+                upto.append(item)
+    return closed(answered(well_formed(clean_item(item) for item in upto)))
 
 
 def clean_item(item: dict[str, Any]) -> dict[str, Any] | None:
@@ -61,9 +96,45 @@ def clean_item(item: dict[str, Any]) -> dict[str, Any] | None:
             return None
     elif kind == "reasoning" and not item.get("encrypted_content"):
         return None
+    elif kind == "function_call_output":
+        return {"type": kind, "call_id": item.get("call_id"), "output": item.get("output")}
     elif kind is None:
         return None
     return {k: v for k, v in item.items() if k not in OMNIGENT_FIELDS}
+
+
+def answered(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every function_call followed (after its step's calls) by an output; outputs without a call dropped."""
+    outputs = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+    calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+    out: list[dict[str, Any]] = []
+    unanswered: list[str] = []
+    for item in items:
+        kind = item.get("type")
+        if kind != "function_call" and unanswered:  # the step's calls end here
+            out.extend(_synthetic(call_id) for call_id in unanswered)
+            unanswered = []
+        if kind == "function_call_output" and item.get("call_id") not in calls:
+            continue
+        out.append(item)
+        if kind == "function_call" and item.get("call_id") not in outputs:
+            unanswered.append(item.get("call_id"))
+    out.extend(_synthetic(call_id) for call_id in unanswered)
+    return out
+
+
+def closed(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An assistant message between tool results and a user message that follows them directly."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if _is_user(item) and out and out[-1].get("type") == "function_call_output":
+            out.append({"type": "message", "role": "assistant", "content": NO_ANSWER})
+        out.append(item)
+    return out
+
+
+def _synthetic(call_id: str | None) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": NOT_RUN_FAILED}
 
 
 def well_formed(items: Iterable[dict[str, Any] | None]) -> list[dict[str, Any]]:

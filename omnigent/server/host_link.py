@@ -78,7 +78,7 @@ async def serve_host(state: ServerState, host_id: str, transport: Transport, sec
         return
     server_end, host_end = memory_link()
     conn = HostConn(host_id, server_end, generation, name=hello.name[:200] or row["name"], pid=hello.pid,
-                    capacity=row["capacity"])
+                    capacity=row["capacity"], permissions=_policy(hello.permissions))
     old = state.registry.attach_host(conn, row["workspace_roots"])
     if old is not None:
         log.warning("host %s: a new link replaces the one of generation %d", host_id, old.generation)
@@ -111,6 +111,11 @@ async def serve_host(state: ServerState, host_id: str, transport: Transport, sec
         except sqlite3.Error:
             pass
         log.info("host %s: link of generation %d ended", host_id, generation)
+
+
+def _policy(declared: str) -> str:
+    """A host's declared tool policy; anything unknown counts as the strictest."""
+    return declared if declared in ("ask", "auto", "deny") else "deny"
 
 
 def _claim_runners(state: ServerState, host_id: str, runner_ids: list[str]) -> None:

@@ -14,7 +14,9 @@ automatic placement and rebinding never pick them.
 Hosts: the registry also knows which host launched each runner (the
 `RunnerCredential` frame arrives on that host's link) and which host links
 are up (`HostConn`, one per host id; the in-process host is `host_local`).
-Placement honours a session's affinity (`Affinity`): a session with a host
+Each host's tool policy (`HostHello.permissions`, `host_permissions`) caps
+the effective permission mode of the sessions its runners serve
+(`approval_waits.py`). Placement honours a session's affinity (`Affinity`): a session with a host
 goes only to runners of that host or of hosts declaring a workspace root
 that contains its workspace; a session with only a workspace to the
 in-process host or such hosts; a session with neither to any runner. A host
@@ -128,6 +130,7 @@ class HostConn:
     kicked: trio.Event = field(default_factory=trio.Event, repr=False)
     kick_code: int = 0
     kick_reason: str = ""
+    permissions: str = "ask"  # the most its runners' tools may do (`omnigent host --permissions`)
 
     def kick(self, code: int, reason: str) -> None:
         """Close this link (replaced: 4009, revoked: 4003); its serve loop does the closing."""
@@ -154,6 +157,10 @@ class RunnerRegistry:
         self.runner_host: dict[str, str] = {}       # runner id -> the host that launched it
         self.host_roots: dict[str, list[str]] = {}  # workspace roots each host declared (kept offline)
         self.host_left_at: dict[str, float] = {}    # when each host's link last dropped
+        self.host_policy: dict[str, str] = {}       # each host's declared tool policy (kept offline)
+        # the in-process host's tool policy: `omnigent run --permission-mode`; None trusts the
+        # session's own mode (a local run's YAML is this machine's own). `omnigent server`: ask.
+        self.local_permissions: str | None = "ask"
         # (known, host id) of a runner's stored credential: after a server restart a runner may
         # dial back before its host's link does, and must still count as that host's
         self._host_lookup = host_lookup
@@ -193,6 +200,12 @@ class RunnerRegistry:
         """Ids of the runners online now that this host launched."""
         return [rid for rid in self.online if self.host_of(rid) == host_id]
 
+    def host_permissions(self, host_id: str) -> str | None:
+        """The most `host_id` lets its runners' tools do; None: the session's own mode decides."""
+        if host_id == LOCAL_HOST:
+            return self.local_permissions
+        return self.host_policy.get(host_id, "ask")
+
     def host_online(self, host_id: str) -> bool:
         return host_id == LOCAL_HOST or host_id in self.hosts
 
@@ -201,6 +214,7 @@ class RunnerRegistry:
         old = self.hosts.get(conn.host_id)
         self.hosts[conn.host_id] = conn
         self.host_roots[conn.host_id] = list(workspace_roots)
+        self.host_policy[conn.host_id] = conn.permissions
         self.host_left_at.pop(conn.host_id, None)
         self._notify()
         return old

@@ -167,10 +167,10 @@ async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nurser
             frame = p.decode(await transport.receive())
             if isinstance(frame, p.Pong):
                 conn.alive()
-            elif isinstance(frame, (p.TurnEvent, p.TurnCompleted, p.TurnFailed)):
+            elif isinstance(frame, (p.TurnEvent, p.TurnCompleted, p.TurnFailed, p.ToolResult)):
                 conn.alive()  # any frame proves it is alive
                 if frame.turn_id in draining:  # a refused turn: nothing of it is stored or published
-                    if not isinstance(frame, p.TurnEvent):
+                    if not isinstance(frame, p.TurnEvent):  # its end (TurnCompleted/TurnFailed/ToolResult)
                         draining.discard(frame.turn_id)
                     continue
                 conn.route(frame.turn_id, frame)

@@ -3,18 +3,20 @@
 A user message is already stored (or pending, see `Store.queue_message`) when
 it gets here. Every session has one worker task that takes its queued turns
 in order, waits for the conversation's claim (one turn at a time across
-processes, `claims.py`), finds (or binds) an online runner, sends it the whole
-history, relays the runner's events to the hub and stores the answer once per
-turn.
+processes, `claims.py`), finds (or binds) an online runner and runs the turn's
+steps on it (`agent_loop.py`: model steps and tool steps, each stored before
+the next), relaying the runner's events to the hub.
 
 Which runner that is, and where a lost runner's sessions go, is decided in
 `placement.py`; what a turn's end writes (with its events, in one
 transaction) is `outcomes.py`'s; a runner that outlives its dropped link is
-waited for in `reconnects.py`. This module is the dispatch: the worker, its
-attempts, and following what a runner sends for one.
+waited for in `reconnects.py`; the steps of one attempt are `agent_loop.py`'s
+and whether a tool call may run is `approval_waits.py`'s. This module is the
+dispatch: the worker, its attempts, their losses and adoptions.
 
 If the runner is lost mid-turn the turn is marked interrupted and dispatched
-again, until it has cost `max_losses` runners: then it fails with
+again (the loop goes on from its stored steps: a completed step is never
+asked again), until it has cost `max_losses` runners: then it fails with
 `runner_lost` and is not dispatched again. Re-dispatch is paced so that one
 turn loses at most `loss_budget` runners in any `loss_window` s: a poison turn
 (one that kills every runner it reaches) thus stays inside the host's restart
@@ -51,7 +53,8 @@ from protocol import events as ev
 from ..store import Store
 from .adoption import Adoptions
 from .claims import ClaimLost, Claims
-from .history import build_history
+from .agent_loop import MOVED, AgentLoop, LoopTurn
+from .approval_waits import ApprovalWaits, ToolGate, effective_mode
 from .hub import EventHub
 from .outcomes import Outcomes
 from .placement import NoRunner, Placement
@@ -91,7 +94,7 @@ class TurnService:
         self.loss_budget = loss_budget
         self.claims = claims or Claims(store)
         self._wake: dict[str, trio.Event] = {}
-        self._active: dict[str, tuple[str, RunnerConn]] = {}  # session -> (turn id, runner)
+        self._active: dict[str, LoopTurn] = {}  # session -> the attempt its loop runs now
         self._retrying: set[str] = set()  # sessions whose interrupted turn waits for a runner
         self._waiting: dict[str, trio.CancelScope] = {}  # sessions whose turn waits without a runner
         self.adoptions = Adoptions(store, adopt_grace)
@@ -100,6 +103,9 @@ class TurnService:
         self._outcomes = Outcomes(store, hub)
         self._reconnects = Reconnects(store, registry, self.adoptions, reconnect_grace)  # a dropped link, mid-turn
         self._moved: set[str] = set()  # sessions rebound while a turn ran: its runner's frames are refused
+        self.waits = ApprovalWaits()
+        self.gate = ToolGate(store, hub, self.waits)
+        self.loop = AgentLoop(store, hub, self._outcomes, self.gate, self._has_moved, self._moved.discard)
 
     # --- entry points -------------------------------------------------------
 
@@ -113,13 +119,20 @@ class TurnService:
             wake.set()
 
     def status(self, session_id: str) -> str:
-        if session_id in self._active or self.store.next_queued_turn(session_id):
+        active = self._active.get(session_id)
+        if active is not None and active.waiting_for is not None:
+            return "waiting"  # for a person's answer to an approval
+        if active is not None or self.store.next_queued_turn(session_id):
             return "running"
         return "idle"
 
     def active_runner(self, session_id: str) -> str | None:
         active = self._active.get(session_id)
-        return active[1].runner_id if active else None
+        return active.runner_id if active else None
+
+    def approval_answered(self, session_id: str, approval_id: str) -> None:
+        """An answer to an approval was stored (the API route): publish it and wake the waiting loop."""
+        self.gate.answered(session_id, approval_id)
 
     async def interrupt(self, session_id: str) -> bool:
         active = self._active.get(session_id)
@@ -128,9 +141,12 @@ class TurnService:
             if waiting is not None:
                 waiting.cancel()
             return waiting is not None
-        turn_id, conn = active
+        active.cancel_requested = True  # no further step is taken
+        if active.approval_scope is not None:  # waiting for a person: the approval is cancelled
+            active.approval_scope.cancel()
+            return True
         try:
-            await conn.send(p.Cancel(turn_id=turn_id))
+            await active.conn.send(p.Cancel(turn_id=active.turn_id))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return False
         return True
@@ -187,9 +203,9 @@ class TurnService:
         active = self._active.get(session_id)
         if active is not None:
             conv = self.store.get_conversation(session_id) or {}
-            if conv.get("runner_id") != active[1].runner_id:
+            if conv.get("runner_id") != active.runner_id:
                 self._moved.add(session_id)
-                active[1].route(active[0], _MOVED)  # wakes the follower, which refuses the rest
+                active.conn.route(active.turn_id, MOVED)  # wakes the follower, which refuses the rest
 
     # --- runners coming and going (placement.py) ------------------------------
 
@@ -215,7 +231,7 @@ class TurnService:
                 continue
             try:
                 if not await self._wait(session_id, self.claims.acquire(session_id, turn["id"])):
-                    self._outcomes.cancelled(session_id, turn["id"])
+                    self._cancelled(session_id, turn["id"])
                     continue
                 # history is read only inside the claim: it has the answer this turn waited for
                 async with self.claims.renewed(session_id, turn["id"]):
@@ -225,16 +241,31 @@ class TurnService:
                     else:
                         await self._run_turn(session_id, turn)
             except ClaimLost:  # its message went to the other process's turn, which answers it
-                self._outcomes.fail(session_id, turn["id"], "overtaken",
-                                    "this process stalled and another one took over the conversation; "
-                                    "its turn has this message")
+                self._fail(session_id, turn["id"], "overtaken",
+                           "this process stalled and another one took over the conversation; "
+                           "its turn has this message")
             except sqlite3.Error as exc:  # a full or failing disk: the turn fails, the server stays up
                 log.error("turn %s: the store failed: %s", turn["id"], exc)
                 self._outcomes.fail(session_id, turn["id"], "store_error",
                                     f"cannot write store: {self.store.path}: {exc}")
             except Exception:  # one broken turn must not stop the session's queue
                 log.exception("turn %s crashed the dispatcher", turn["id"])
-                self._outcomes.fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
+                self._fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
+
+    def _fail(self, session_id: str, turn_id: str, code: str, message: str) -> None:
+        """End the turn failed, its open steps closed first (no tool left "running")."""
+        self._close_steps(session_id, turn_id, "failed")
+        self._outcomes.fail(session_id, turn_id, code, message)
+
+    def _cancelled(self, session_id: str, turn_id: str) -> None:
+        self._close_steps(session_id, turn_id, "cancelled")
+        self._outcomes.cancelled(session_id, turn_id)
+
+    def _close_steps(self, session_id: str, turn_id: str, status: str) -> None:
+        try:
+            self.loop.close_open_steps(session_id, turn_id, status)
+        except (sqlite3.Error, KeyError, TypeError) as exc:  # the end itself must still be stored
+            log.error("turn %s: could not close its open steps: %s", turn_id, exc)
 
     def _adopted_turn(self, session_id: str) -> dict[str, Any] | None:
         """A running turn taken over at start, waiting for its runner (it goes before the queue)."""
@@ -266,20 +297,20 @@ class TurnService:
         while True:
             if not await self._wait(session_id, self._pace(losses)):
                 self._retrying.discard(session_id)
-                self._outcomes.cancelled(session_id, turn_id)
+                self._cancelled(session_id, turn_id)
                 return
             try:
                 conn = await self.placement.runner_for(session_id)
             except NoRunner as exc:
                 self._retrying.discard(session_id)
-                self._outcomes.fail(session_id, turn_id, exc.code, str(exc))
+                self._fail(session_id, turn_id, exc.code, str(exc))
                 return
             self._retrying.discard(session_id)
             outcome = await self._attempt(session_id, turn_id, conn)
             while outcome == "lost":  # a runner that outlives its link may come back for it
                 claimed = await self._reclaim(session_id, turn_id, conn)
                 if claimed == "cancelled":
-                    self._outcomes.cancelled(session_id, turn_id)
+                    self._cancelled(session_id, turn_id)
                     return
                 if claimed is None:
                     break
@@ -299,9 +330,9 @@ class TurnService:
             if ended:
                 self.hub.publish(session_id, ev.TURN_RETRIED, turn_id=turn_id, attempt=ended["attempt"] + 1)
         self._retrying.discard(session_id)
-        self._outcomes.fail(session_id, turn_id, "runner_lost",
-                            f"the runner was lost {len(losses)} times while running this turn; "
-                            f"it is not dispatched again (OMNIGENT_TURN_LOSSES={self.max_losses})")
+        self._fail(session_id, turn_id, "runner_lost",
+                   f"the runner was lost {len(losses)} times while running this turn; "
+                   f"it is not dispatched again (OMNIGENT_TURN_LOSSES={self.max_losses})")
 
     async def _wait(self, session_id: str, waiting: Any) -> bool:
         """Run a wait (for the claim, or a paced re-dispatch) that `interrupt` may end: False if it did."""
@@ -325,61 +356,30 @@ class TurnService:
             await trio.sleep_until(recent[0] + self.loss_window)
 
     async def _attempt(self, session_id: str, turn_id: str, conn: RunnerConn) -> str:
-        """Dispatch one attempt to `conn` and follow it: completed, failed, lost or moved."""
+        """Dispatch one attempt to `conn` and run the turn's steps on it: completed, failed, lost or moved."""
         conv = self.store.get_conversation(session_id) or {}  # gone: run with no spec, fail cleanly
-        spec = self.store.session_spec(session_id) if conv else {}
         generation = int(conv.get("generation") or 0)
         with self.hub.transaction(session_id) as tx:  # the attempt and its events commit together (events)
             turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid(), generation=generation)
             tx.publish(ev.SESSION_STATUS, status="running", turn_id=turn_id)
             tx.publish(ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"], runner_id=conn.runner_id)
-        history = self._history(session_id, turn["input_item_id"])
-        model = conv.get("model_override") or spec.get("model") or ""
-        frames = conn.open_turn(turn_id)
-        try:
-            await conn.send(p.TurnStart(
-                turn_id=turn_id, session_id=session_id, attempt=turn["attempt"], agent=spec,
-                input=history, model=model,
-                reasoning_effort=conv.get("reasoning_effort") or spec.get("reasoning_effort"),
-                generation=generation,
-            ))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            conn.close_turn(turn_id)
-            return "lost"
-        return await self._follow(session_id, turn_id, conn, frames)
+        return await self._follow(session_id, turn_id, conn, conn.open_turn(turn_id), adopted=False)
 
     async def _follow(self, session_id: str, turn_id: str, conn: RunnerConn,
-                      frames: trio.MemoryReceiveChannel[Any]) -> str:
-        """Relay and store what the runner sends for one attempt, dispatched here or adopted."""
-        self._active[session_id] = (turn_id, conn)
+                      frames: trio.MemoryReceiveChannel[Any], *, adopted: bool = True) -> str:
+        """Run the turn's steps on `conn` (an attempt dispatched here, or one its runner claimed)."""
+        conv = self.store.get_conversation(session_id) or {}
+        spec = self.store.session_spec(session_id) if conv else {}
+        turn = self.store.get_turn(turn_id) or {}
+        host_policy = self.registry.host_permissions(self.registry.host_of(conn.runner_id))
+        loop_turn = LoopTurn(
+            session_id, turn_id, turn.get("input_item_id"), int(turn.get("attempt") or 0),
+            int(turn.get("generation") or 0), conn, frames, spec, conv,
+            effective_mode(conv.get("permission_mode"), spec.get("permissions"), host_policy),
+            turn.get("approval_timeout"), self.hub, adopted=adopted)
+        self._active[session_id] = loop_turn
         try:
-            async for frame in frames:
-                if frame is _MOVED or (isinstance(frame, (p.TurnCompleted, p.TurnFailed))
-                                       and self._has_moved(session_id, turn_id)):
-                    log.warning("turn %s: the session moved on; what runner %s sends for it is refused",
-                                turn_id, conn.runner_id)
-                    self._moved.discard(session_id)
-                    if frame is _MOVED:  # still running there: stop it, and drop what it sends up to its end
-                        conn.draining.add(turn_id)
-                        try:
-                            conn.outbox.send_nowait(p.Cancel(turn_id=turn_id))
-                        except (trio.WouldBlock, trio.ClosedResourceError):
-                            pass  # gone or stuck: the ping verdict ends it
-                    return "moved"
-                if isinstance(frame, p.TurnEvent):
-                    self._outcomes.relay(session_id, turn_id, frame.event)
-                elif isinstance(frame, p.TurnCompleted):
-                    self._outcomes.complete(session_id, turn_id, frame)
-                    return "completed"
-                elif isinstance(frame, p.TurnFailed):
-                    if frame.code == "cancelled":
-                        self._outcomes.cancelled(session_id, turn_id)
-                    else:
-                        if frame.output:  # a partial answer (stream dropped): kept, marked incomplete
-                            self.store.append_turn_output(session_id, turn_id, frame.output, None)
-                        self._outcomes.fail(session_id, turn_id, frame.code, frame.message)
-                    return "failed"
-            return "lost"
+            return await self.loop.run(loop_turn)
         finally:
             conn.close_turn(turn_id)
             self._active.pop(session_id, None)
@@ -391,10 +391,3 @@ class TurnService:
         conv = self.store.get_conversation(session_id) or {}
         turn = self.store.get_turn(turn_id) or {}
         return int(conv.get("generation") or 0) != int(turn.get("generation") or 0)
-
-    def _history(self, session_id: str, input_item_id: str) -> list[dict[str, Any]]:
-        return build_history(self.store.list_items(session_id), input_item_id)
-
-
-_MOVED = object()  # put on a followed turn's route when its session is rebound by hand
-

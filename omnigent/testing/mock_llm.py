@@ -20,7 +20,13 @@ Protocol summary (details in the route docstrings):
   `drop_after` (int: a streamed answer sends that many characters of its
   text, then the connection is aborted with no terminal event).
 * `GET /v1/models`, `POST /mock/configure`, `POST /mock/set_fallback`,
-  `POST /mock/reset`, `GET /mock/requests?key=`, `GET /stats`.
+  `POST /mock/reset`, `GET /mock/requests?key=` (`&sha256=1` adds the
+  sha256 of each body's exact bytes, so a test can tell a repeated request
+  is byte-identical), `GET /stats`.
+* Tool calls: Responses `function_call` items (streamed with
+  `function_call_arguments.delta/done`); chat `tool_calls`, streamed as real
+  servers do (id and name first, the arguments in two pieces), with
+  `finish_reason: "tool_calls"`.
 * Gates: `GET /gate/pending` -> `{"pending": [{"gate_id", "key", "model",
   "since"}], "count": n}`; `POST /gate/release` with `{"gate_id": "gate-1"}`
   releases that gate (404 if it is not pending), with `{}` or no body
@@ -72,12 +78,15 @@ def create_app() -> QuartTrio:
     app.config["MOCK_STATE"] = state  # reachable for in-process tests
 
     async def read_json(*, allow_empty: bool = False) -> dict[str, Any]:
+        return (await read_json_raw(allow_empty=allow_empty))[0]
+
+    async def read_json_raw(*, allow_empty: bool = False) -> tuple[dict[str, Any], bytes]:
         # Parse by hand: Quart's get_json would answer a malformed body with
         # its own HTML 400, and the protocol promises JSON errors.
         raw = await request.get_data(as_text=False)
         if not raw.strip():
             if allow_empty:
-                return {}
+                return {}, raw
             raise BadRequest("request body must be a JSON object")
         try:
             body = json.loads(raw)
@@ -85,7 +94,7 @@ def create_app() -> QuartTrio:
             raise BadRequest(f"invalid JSON body: {exc}") from None
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
-        return body
+        return body, raw
 
     @app.errorhandler(BadRequest)
     @app.errorhandler(EntryError)
@@ -93,8 +102,8 @@ def create_app() -> QuartTrio:
         return {"error": {"message": str(exc), "type": "invalid_request_error"}}, 400
 
     async def llm_call(api: str) -> Any:
-        body = await read_json()
-        key, entry = state.take(body)
+        body, raw = await read_json_raw()
+        key, entry = state.take(body, raw)
         model = body.get("model") if isinstance(body.get("model"), str) else FALLBACK_MODEL
         if entry.get("block"):
             await state.park(key, model)
@@ -169,9 +178,13 @@ def create_app() -> QuartTrio:
 
     @app.get("/mock/requests")
     async def captured_requests() -> dict[str, Any]:
-        """Captured LLM request bodies, oldest first; `?key=` keeps those whose model equals it."""
-        found = state.captured(request.args.get("key"))
-        return {"requests": found, "count": len(found)}
+        """Captured LLM request bodies, oldest first; `?key=` keeps those whose model equals it;
+        `?sha256=1` adds `sha256`, the digest of each body's exact bytes, in the same order."""
+        found = state.captured_with_digests(request.args.get("key"))
+        answer: dict[str, Any] = {"requests": [body for body, _ in found], "count": len(found)}
+        if request.args.get("sha256") not in (None, "", "0"):
+            answer["sha256"] = [digest for _, digest in found]
+        return answer
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:

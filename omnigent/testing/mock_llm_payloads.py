@@ -304,7 +304,7 @@ def chat_json(entry: dict[str, Any], model: str) -> dict[str, Any]:
 
 
 def chat_sse(entry: dict[str, Any], model: str) -> str:
-    """The streaming chat body: one content chunk, one finish chunk, [DONE]."""
+    """The streaming chat body: one content chunk, the tool calls in pieces, one finish chunk, [DONE]."""
     text = _chat_text(entry)
     calls = _chat_tool_calls(entry, with_index=True)
     base = {
@@ -313,14 +313,18 @@ def chat_sse(entry: dict[str, Any], model: str) -> str:
         "created": int(time.time()),
         "model": model,
     }
-    delta: dict[str, Any] = {"role": "assistant", "content": text}
-    if calls:
-        delta["tool_calls"] = calls
-    chunks = [
-        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]},
-        {**base, "choices": [{
-            "index": 0, "delta": {},
-            "finish_reason": "tool_calls" if calls else "stop", "logprobs": None,
-        }]},
-    ]
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    # Tool calls arrive as real servers send them: a call's id and name first, then its
+    # arguments in pieces, so a client must assemble them by index.
+    chunks = [chunk({"role": "assistant", "content": text})]
+    for call in calls:
+        arguments = call["function"]["arguments"]
+        chunks.append(chunk({"tool_calls": [{**call, "function": {**call["function"], "arguments": ""}}]}))
+        half = len(arguments) // 2
+        for piece in (arguments[:half], arguments[half:]):
+            if piece:
+                chunks.append(chunk({"tool_calls": [{"index": call["index"], "function": {"arguments": piece}}]}))
+    chunks.append(chunk({}, "tool_calls" if calls else "stop"))
     return "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"

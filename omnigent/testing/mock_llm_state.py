@@ -10,6 +10,7 @@ handlers awaited between steps).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -146,6 +147,7 @@ class MockState:
     def __init__(self) -> None:
         self.queues: dict[str, KeyedQueue] = {}
         self.requests: list[dict[str, Any]] = []
+        self.digests: list[str] = []  # sha256 of each request's exact body, as it came
         self.request_count = 0
         self.gates: dict[str, Gate] = {}
         # Gate ids never repeat within a server, even across resets, so a
@@ -176,6 +178,7 @@ class MockState:
                 kept[key] = queue
         self.queues = kept
         self.requests.clear()
+        self.digests.clear()
         self.request_count = 0
         return self.release(None)
 
@@ -198,9 +201,11 @@ class MockState:
         return [gate.describe() for gate in self.gates.values()]
 
     def captured(self, key: str | None) -> list[dict[str, Any]]:
-        if key is None:
-            return list(self.requests)
-        return [body for body in self.requests if body.get("model") == key]
+        return [body for body, _ in self.captured_with_digests(key)]
+
+    def captured_with_digests(self, key: str | None) -> list[tuple[dict[str, Any], str]]:
+        pairs = list(zip(self.requests, self.digests))
+        return pairs if key is None else [(body, digest) for body, digest in pairs if body.get("model") == key]
 
     # -- LLM requests ----------------------------------------------------
 
@@ -222,10 +227,11 @@ class MockState:
         self.queues.setdefault(DEFAULT_KEY, KeyedQueue())
         return DEFAULT_KEY
 
-    def take(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """Count and capture a request, then pop its entry. Returns (key, entry)."""
+    def take(self, body: dict[str, Any], raw: bytes = b"") -> tuple[str, dict[str, Any]]:
+        """Count and capture a request (and the sha256 of its exact bytes), then pop its entry."""
         self.request_count += 1
         self.requests.append(body)
+        self.digests.append(hashlib.sha256(raw).hexdigest())
         key = self.route(body)
         return key, self.queues[key].next_entry()
 

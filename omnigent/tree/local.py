@@ -61,6 +61,7 @@ async def run_tree(
     require_token: bool = True,
     allow_hosts: tuple[str, ...] = (),
     take_over: bool = False,
+    permission_mode: str | None = None,
 ) -> int:
     """Run a front end against a fresh in-process server and runner pool; returns the exit code.
 
@@ -75,6 +76,14 @@ async def run_tree(
     `spare_gate` is set (at once without a gate): the REPL sets it when its
     first turn is done or it waits at a terminal prompt, so the spare's
     start-up does not compete with the first answer (see `host.pool`).
+
+    `permission_mode` (`--permission-mode ask|auto|deny`) is the in-process
+    host's tool policy: the effective mode of every session here is never
+    above it. None: a local run trusts the YAML it read from this machine's
+    disk (the session's own mode decides); a server (`take_over`, bundles come
+    from clients) is "ask" then. Its runners get the same policy in
+    OMNIGENT_TOOL_POLICY ("auto" when the session's own mode decides: the
+    server here already applied it).
     """
     from ..server.sockets import bind_socket, url_of
 
@@ -90,8 +99,9 @@ async def run_tree(
     if require_token:
         token = token or secrets.token_urlsafe(32)
     server_end, host_end = memory_link()
+    local_policy = permission_mode or ("ask" if take_over else None)
     host = Host(url, host_end, log_dir=log_root, workspace=workspace or os.getcwd(),
-                runners=runners, policy=policy, spares=spares)
+                runners=runners, policy=policy, spares=spares, tool_policy=local_policy or "auto")
     from ..store.errors import StoreError
 
     exit_code = 0
@@ -131,6 +141,7 @@ async def run_tree(
                 max_losses=tuning.turn_losses, ping_interval=tuning.ping_interval,
                 ping_allowance=tuning.ping_allowance, host_grace=tuning.host_grace, allow_hosts=allow_hosts,
                 adopt_grace=tuning.adopt_grace if take_over else None, task_status=task_status))
+            server.state.registry.local_permissions = local_policy  # before any turn is dispatched
             mark("server.ready")
             front_scope = trio.CancelScope()
             signals = SignalExit(front_scope, sigint=handle_sigint)

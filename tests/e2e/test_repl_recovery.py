@@ -160,7 +160,11 @@ def test_tree_killed_mid_turn_then_resume_shows_interrupted_and_retry_runs_it(
     with sqlite3.connect(home / ".omnigent" / "chat.db") as db:
         turns = [r[0] for r in db.execute("SELECT status FROM turns ORDER BY created_at")]
         answers = db.execute("SELECT count(*) FROM conversation_items WHERE role = 'assistant'").fetchone()
-    assert turns == ["interrupted", "completed"] and answers == (1,)
+        steps = db.execute("SELECT step, kind, status FROM turn_steps").fetchall()
+    # issue 9: the interrupted turn had a stored step (its model call), so /retry requeued that same
+    # turn and the agent loop continued it from there (the model step asked again), once
+    assert turns == ["completed"] and answers == (1,)
+    assert steps == [(0, "model", "completed")]
 
 
 def test_repl_reports_runners_that_cannot_stay_up(mock_credentials_env, tmp_path):

@@ -34,7 +34,7 @@ async def test_a_turn_outlives_a_dropped_connection_and_is_reported_in_the_next_
     again = await server.accept()
     hello = await again.handshake()
     assert isinstance(hello, Hello)
-    assert hello.in_flight == [{"turn_id": turn.turn_id, "attempt": 1, "generation": 0}]
+    assert hello.in_flight == [{"turn_id": turn.turn_id, "attempt": 1, "generation": 0, "step": 0, "kind": "model"}]
     await http.post("/gate/release", json={})
     frames = []
     while not frames or not isinstance(frames[-1], TurnCompleted):

@@ -13,6 +13,11 @@ Written against what a user may rely on, not against today's exact bounds
 - no runner is left behind: no more live processes than pool slots, each one
   the supervisor's, none after a give-up, and all of them reaped at shutdown;
   a runner declared hung really had stopped answering;
+- the agent loop's steps (`check_steps`): every `function_call` gets exactly
+  one output item, no side-effecting call runs twice, no step or approval is
+  left open, and every history a runner was sent is well formed (each call
+  followed by its one output); a completed turn stores each model step's
+  answer once and ends on its final runner's answer;
 - the restart policy's timeline: after every exit the supervisor either
   restarts after a delay within the policy's bounds (backoff with its reset,
   cap and jitter) and starts exactly then, or, exactly when the exits within
@@ -32,7 +37,8 @@ from tests.support.fake_runners import Harness
 
 TERMINAL_TURNS = {"completed", "failed", "cancelled"}
 EPS = 1e-6
-SERVER_CODES = {"runner_lost", "runner_unavailable"}  # failures the server decides; others come from a runner
+SERVER_CODES = {"runner_lost", "runner_unavailable", "max_steps"}
+SIDE_EFFECTING = {"shell", "write_file", "edit_file"}  # failures the server decides; others come from a runner
 
 
 def check_settled(h: Harness, plan, turns: dict[str, str]) -> list[str]:
@@ -90,24 +96,87 @@ def _turn_outcome(h: Harness, session_id: str, turn_id: str) -> list[str]:
     if row["status"] not in TERMINAL_TURNS:
         return [f"turn {turn_id}: left {row['status']} (attempt {row['attempt']})"]
     stored = h.store.conn.execute(
-        "SELECT response_id, data FROM conversation_items WHERE conversation_id = ? AND turn_id = ?",
-        [session_id, turn_id]).fetchall()
-    answers = _completions(h, turn_id, row["runner_id"])
+        """SELECT response_id, type FROM conversation_items WHERE conversation_id = ? AND turn_id = ?
+           AND type != 'function_call_output' ORDER BY position""", [session_id, turn_id]).fetchall()
+    answered = {r[0] for r in stored}  # one response id per stored model step
+    model_steps = sum(s["kind"] == "model" and s["status"] == "completed" for s in h.store.steps(turn_id))
+    answers = [f for f in _completions(h, turn_id, row["runner_id"])
+               if not any(i.get("type") == "function_call" for i in f.output)]
     if row["status"] == "completed":
-        if len(stored) != 1:
-            return [f"turn {turn_id}: completed with {len(stored)} stored output items (answered "
-                    f"{'twice' if len(stored) > 1 else 'never'})"]
+        if len(answered) != model_steps or not stored:
+            return [f"turn {turn_id}: completed with {len(answered)} stored answers for {model_steps} "
+                    "completed model steps (answered twice or never)"]
         if not answers:
             return [f"turn {turn_id}: completed, but its final runner {row['runner_id']} never answered it"]
-        if stored[0][0] != answers[0].response_id:
-            return [f"turn {turn_id}: stored answer {stored[0][0]} is not its final runner's "
-                    f"{answers[0].response_id}"]
+        if stored[-1][0] not in {a.response_id for a in answers}:
+            return [f"turn {turn_id}: stored final answer {stored[-1][0]} is not one of its final runner's "
+                    f"{[a.response_id for a in answers]}"]
     elif row["status"] == "failed":
-        if stored:
-            return [f"turn {turn_id}: failed, yet {len(stored)} output item(s) stored"]
+        if len(answered) > model_steps:
+            return [f"turn {turn_id}: failed, yet {len(stored)} output item(s) stored beyond its steps"]
         if not row["error"]:
             return [f"turn {turn_id}: failed without an error in the store"]
     return []
+
+
+def check_steps(h: Harness, turns: dict[str, str]) -> list[str]:
+    """The agent loop's invariants over every turn (see the module docstring)."""
+    out: list[str] = []
+    starts: dict[tuple[str, str], int] = {}
+    for proc in h.processes:
+        for _, start in proc.tools_received:
+            if start.approval != "preview" and start.name in SIDE_EFFECTING:
+                key = (start.turn_id, start.call_id)
+                starts[key] = starts.get(key, 0) + 1
+    for (turn_id, call_id), count in starts.items():
+        if count > 1:
+            out.append(f"turn {turn_id}: side-effecting call {call_id} started {count} times")
+    for turn_id, session_id in turns.items():
+        for step in h.store.steps(turn_id):
+            if step["status"] in ("running", "waiting"):
+                out.append(f"turn {turn_id}: step {step['step']} ({step['kind']}) left {step['status']}")
+        items = h.turns.loop.turn_items(session_id, turn_id)
+        calls = [i["call_id"] for i in items if i["type"] == "function_call"]
+        outputs = [i["call_id"] for i in items if i["type"] == "function_call_output"]
+        for call_id in calls:
+            if outputs.count(call_id) != 1:
+                out.append(f"turn {turn_id}: call {call_id} has {outputs.count(call_id)} output items")
+        for call_id in set(outputs) - set(calls):
+            out.append(f"turn {turn_id}: an output for {call_id}, which no stored call made")
+        for proc in h.processes:
+            for _, start in proc.turns_received:
+                if start.turn_id == turn_id:
+                    out += [f"turn {turn_id}: step {start.step} sent to #{proc.index}: {why}"
+                            for why in _history_faults(start.input)]
+    for session_id in {s: None for s in turns.values()}:
+        pending = h.store.list_approvals(session_id, "pending")
+        if pending:
+            out.append(f"session {session_id}: {len(pending)} approval(s) left pending")
+    return out
+
+
+def _history_faults(items: list[dict[str, Any]]) -> list[str]:
+    """A history is well formed when every call is followed by exactly one output of its id."""
+    out: list[str] = []
+    open_calls: list[str] = []
+    seen_outputs: set[str] = set()
+    for item in items:
+        if item.get("type") == "function_call":
+            open_calls.append(item.get("call_id"))
+        elif item.get("type") == "function_call_output":
+            call_id = item.get("call_id")
+            if call_id in seen_outputs:
+                out.append(f"a second output for {call_id}")
+            elif call_id not in open_calls:
+                out.append(f"an output for {call_id} before (or without) its call")
+            else:
+                open_calls.remove(call_id)
+            seen_outputs.add(call_id)
+        elif open_calls and item.get("role") == "user":
+            out.append(f"calls {open_calls} without outputs before the next user message")
+    if open_calls:
+        out.append(f"calls {open_calls} without outputs at the end")
+    return out
 
 
 def _completions(h: Harness, turn_id: str, runner_id: str | None) -> list[p.TurnCompleted]:

@@ -33,8 +33,10 @@ import protocol as p
 from protocol import events as ev
 from tests.support.fake_runners import Harness, open_harness
 
-from .checks import check_after_shutdown, check_quiet, check_settled, snapshot
-from .plan import Kill, Plan, Post, draw_plan, launch_script
+from .checks import check_after_shutdown, check_quiet, check_settled, check_steps, snapshot
+from .plan import Kill, Plan, Post, SessionSetup, decision, draw_plan, launch_script, session_setup
+
+TOOLS = ["shell", "read_file", "write_file", "edit_file", "list_dir", "grep"]
 
 HORIZON = 3600.0  # virtual seconds for every message of a seed to end; far beyond any bound
 EPOCH = 1_700_000_000.0  # the store's wall clock is this plus virtual time
@@ -65,9 +67,15 @@ class _Run:
     sessions: list[str]
     turns: dict[str, str] = field(default_factory=dict)  # turn id -> session id, in posting order
     kills: list[tuple[float, int, int]] = field(default_factory=list)  # (time, process index, signal)
+    setups: dict[str, SessionSetup] = field(default_factory=dict)
+    answers: list[tuple[float, str, str]] = field(default_factory=list)  # (time, approval id, decision)
 
     def post(self, session_id: str, text: str) -> str:
-        turn = self.harness.post(session_id, text)
+        # the API's path (`queue_message`): a message posted while a turn runs joins the
+        # conversation after that turn's steps, so no turn's calls are split from their outputs
+        setup = self.setups.get(session_id)
+        timeout = setup.approval_timeout if setup is not None and setup.mode == "ask" else None
+        turn = self.harness.post(session_id, text, approval_timeout=timeout)
         self.turns[turn["id"]] = session_id
         return turn["id"]
 
@@ -147,7 +155,12 @@ async def _simulate(plan: Plan, tmp: Path, outcome: Outcome) -> None:
         store_clock=lambda: EPOCH + trio.current_time(),
     )
     async with harness_cm as h:
-        run = _Run(h, [h.new_session() for _ in plan.sessions])
+        setups = [session_setup(plan.seed, i) for i in range(len(plan.sessions))]
+        sessions = [h.new_session(spec={"tools": TOOLS, "permissions": setup.mode}, workspace=str(tmp))
+                    for setup in setups]
+        run = _Run(h, sessions, setups=dict(zip(sessions, setups)))
+        for index, session_id in enumerate(sessions):
+            h.nursery.start_soon(_approver, run, plan.seed, index, session_id)
         with trio.move_on_after(HORIZON) as horizon:
             async with trio.open_nursery() as nursery:
                 for session_id, posts in zip(run.sessions, plan.sessions):
@@ -159,6 +172,7 @@ async def _simulate(plan: Plan, tmp: Path, outcome: Outcome) -> None:
             outcome.violations.append(f"not every message ended within {HORIZON:g} virtual s")
         await h.settle()
         outcome.violations += check_settled(h, plan, run.turns)
+        outcome.violations += check_steps(h, run.turns)
         before = snapshot(h, run.sessions)
         # long enough for any hang verdict still due, a late frame of a lingering socket, a ping round
         await trio.sleep(plan.ping_interval * (plan.ping_allowance + 2) + 2)
@@ -181,6 +195,24 @@ async def _client(run: _Run, session_id: str, posts: tuple[Post, ...]) -> None:
         previous = run.post(session_id, f"message {n} of {session_id[-6:]}")
 
 
+async def _approver(run: _Run, seed: int, index: int, session_id: str) -> None:
+    """A client watching the session answers each approval after a delay (first answer wins)."""
+    h, setup, n = run.harness, run.setups[session_id], 0
+    async with trio.open_nursery() as nursery:
+        async for event in h.hub.follow(session_id, after=0):
+            if event["type"] == ev.APPROVAL_REQUESTED:
+                nursery.start_soon(_answer, run, session_id, event["approval_id"], decision(seed, index, n),
+                                   setup.answer_delay)
+                n += 1
+
+
+async def _answer(run: _Run, session_id: str, approval_id: str, choice: str, delay: float) -> None:
+    await trio.sleep(delay)
+    if run.harness.store.resolve_approval(approval_id, choice, "sim") is not None:
+        run.answers.append((trio.current_time(), approval_id, choice))
+        run.harness.turns.approval_answered(session_id, approval_id)
+
+
 async def _killer(run: _Run, kills: tuple[Kill, ...]) -> None:
     h = run.harness
     for kill in kills:
@@ -196,7 +228,8 @@ async def _killer(run: _Run, kills: tuple[Kill, ...]) -> None:
 
 
 def _brief(event: dict[str, Any]) -> tuple:
-    keep = ("turn_id", "status", "attempt", "runner_id", "old_runner_id", "new_runner_id", "cause", "delta")
+    keep = ("turn_id", "status", "attempt", "runner_id", "old_runner_id", "new_runner_id", "cause", "delta",
+            "step", "call_id", "action", "decision")
     extra = tuple(event.get(k) for k in keep)
     if event["type"] == ev.FAILED:
         extra += (event["error"]["code"], event["error"]["message"])
@@ -211,6 +244,7 @@ def _trace(h: Harness, run: _Run) -> list[tuple]:
     trace += [(proc.index, proc.runner_id, proc.launched_at, proc.exited_at, proc.returncode)
               for proc in h.processes]
     trace += run.kills
+    trace += run.answers
     return trace
 
 
@@ -230,6 +264,12 @@ def _count(outcome: Outcome, h: Harness, run: _Run) -> None:
         for _, frame in proc.sent:
             if isinstance(frame, p.TurnFailed) and frame.code == "model_error":
                 c["model errors sent"] += 1
+        c["tool starts"] += sum(start.approval != "preview" for _, start in proc.tools_received)
+    for turn_id in run.turns:
+        for step in h.store.steps(turn_id):
+            if step["kind"] == "tool":
+                c[f"tool steps {step['status']}"] += 1
+    c["approvals answered"] += len(run.answers)
 
 
 def _failure_code(h: Harness, run: _Run, turn_id: str) -> str:

@@ -12,6 +12,15 @@ Every knob is drawn within the range the real defaults live in, some seeds
 calm and some hostile (a seed's `hostility` scales every fault probability),
 so both long healthy runs and crash loops that exhaust the restart intensity
 come up.
+
+Agent steps: a model step may answer with tool calls (read-only and
+side-effecting, one to three at once), and each ToolStart a process gets
+answers, dies at start, dies mid-tool, dies right after its result or
+hangs, drawn from the process's own `Random(f"{seed}/launch/{n}/tools")`.
+Each session has a permission mode (auto, ask, deny) and, under ask, an
+approval timeout (None: a watching client answers allow, deny or always
+after a drawn delay; 0: refused at once; or a few seconds), from
+`session_setup(seed, i)`.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import signal
 from dataclasses import dataclass
 
 from supervisor import RestartPolicy
-from tests.support.fake_runners import SIGKILL, RunnerScript, TurnScript
+from tests.support.fake_runners import SIGKILL, RunnerScript, ToolScript, TurnScript
 
 SIGTERM = int(signal.SIGTERM)
 
@@ -110,6 +119,30 @@ def draw_plan(seed: int) -> Plan:
     )
 
 
+TOOL_CALLS = (("read_file", '{"path": "a.txt"}'), ("grep", '{"pattern": "x"}'),
+              ("shell", '{"command": "echo 1 >> f"}'), ("shell", '{"command": "make"}'),
+              ("write_file", '{"path": "b.txt", "content": "b"}'), ("edit_file", '{"path": "b.txt", '
+                                                                     '"old_string": "b", "new_string": "c"}'))
+
+
+@dataclass(frozen=True)
+class SessionSetup:
+    mode: str                          # the session's permission mode
+    approval_timeout: float | None     # its messages' (ask only); None: a client answers
+    answer_delay: float                # how long the watching client takes to answer
+
+
+def session_setup(seed: int, index: int) -> SessionSetup:
+    rng = random.Random(f"{seed}/session/{index}")
+    mode = rng.choice(["auto", "auto", "ask", "ask", "deny"])
+    return SessionSetup(mode, rng.choice([None, None, 0.0, 3.0]), round(rng.uniform(0, 4), 3))
+
+
+def decision(seed: int, session: int, n: int) -> str:
+    """The watching client's answer to the n-th approval of a session."""
+    return random.Random(f"{seed}/approve/{session}/{n}").choice(["allow", "allow", "deny", "always"])
+
+
 def launch_script(plan: Plan, index: int) -> RunnerScript:
     """What the `index`-th launched process does, from its own stream of the seed."""
     rng = random.Random(f"{plan.seed}/launch/{index}")
@@ -124,8 +157,35 @@ def launch_script(plan: Plan, index: int) -> RunnerScript:
     hello_after = round(rng.uniform(0.5, 5.0), 3) if rng.random() < 0.2 * h else round(rng.uniform(0, 0.2), 3)
     hang_after = round(rng.uniform(0, 30), 3) if rng.random() < 0.05 * h else None
     turns = tuple(_turn_script(rng, h, f"{tag}.{i}") for i in range(6))
+    tools_rng = random.Random(f"{plan.seed}/launch/{index}/tools")
+    turns = tuple(_with_calls(tools_rng, turn) for turn in turns)
+    tools = tuple(_tool_script(tools_rng, h, f"{tag}.tool{i}") for i in range(6))
     return RunnerScript(turns=turns, default_turn=TurnScript("answer", after=0.5, text=f"answer {tag}.default"),
-                        hello_after=hello_after, hang_after=hang_after)
+                        hello_after=hello_after, hang_after=hang_after, tools=tools)
+
+
+def _with_calls(rng: random.Random, turn: TurnScript) -> TurnScript:
+    """An answer becomes a step with tool calls, sometimes."""
+    if turn.action != "answer" or rng.random() >= 0.35:
+        return turn
+    picked = tuple(rng.choice(TOOL_CALLS) for _ in range(rng.randint(1, 3)))
+    return TurnScript("answer", after=turn.after, text=turn.text if rng.random() < 0.3 else "", calls=picked,
+                      die_after=rng.random() < 0.03)
+
+
+def _tool_script(rng: random.Random, h: float, tag: str) -> ToolScript:
+    after = round(rng.uniform(0.05, 3.0), 3)
+    roll = rng.random()
+    if (roll := roll - 0.05 * h) < 0:
+        return ToolScript("die", after=0.0)
+    if (roll := roll - 0.06 * h) < 0:
+        return ToolScript("die", after=after, partial=f"partial {tag}\n")
+    if (roll := roll - 0.03 * h) < 0:
+        return ToolScript("result", after=after, output=f"out {tag}", die_after=True)
+    if (roll := roll - 0.02 * h) < 0:
+        return ToolScript("hang", after=after)
+    return ToolScript("result", after=after, output=f"out {tag}",
+                      status=rng.choice(["completed", "completed", "completed", "error", "timeout"]))
 
 
 def _turn_script(rng: random.Random, h: float, tag: str) -> TurnScript:

@@ -80,6 +80,30 @@ class TurnScript:
     linger: float = 0.0
     code: str = "model_error"
     message: str = "the fake model failed"
+    # "answer" with calls: the output also holds these function calls, (name, JSON arguments) each
+    calls: tuple[tuple[str, str], ...] = ()
+    die_after: bool = False   # "answer": killed right after sending its answer (see _die_soon)
+
+
+@dataclass(frozen=True)
+class ToolScript:
+    """What a fake runner does with one ToolStart (preview ones are answered at once with a diff).
+
+    - "result": after `after` s, a `session.tool.output` event with `output` (if any), then
+      ToolResult(`status`, `output`).
+    - "die": the output event with `partial` (if any) at once; after `after` s the process ends
+      with `returncode`, like a runner SIGKILLed mid-tool.
+    - "hang": after `after` s stop answering anything, forever.
+    - "wait": stream `partial` and run until cancelled (a long `sleep`).
+    """
+
+    action: str = "result"
+    after: float = 1.0
+    output: str = "ok"
+    status: str = "completed"
+    partial: str = ""
+    returncode: int = -SIGKILL
+    die_after: bool = False   # "result": killed right after sending the result (see _die_soon)
 
 
 @dataclass(frozen=True)
@@ -88,6 +112,8 @@ class RunnerScript:
 
     turns: tuple[TurnScript, ...] = ()
     default_turn: TurnScript = TurnScript()
+    tools: tuple[ToolScript, ...] = ()       # the n-th ToolStart it gets (previews not counted)
+    default_tool: ToolScript = ToolScript()
     start_exit: int | None = None       # exit with this code before saying hello
     start_exit_after: float = 0.0
     log_line: str = ""                   # written to its log before it exits at start
@@ -96,6 +122,9 @@ class RunnerScript:
 
     def turn(self, index: int) -> TurnScript:
         return self.turns[index] if index < len(self.turns) else self.default_turn
+
+    def tool(self, index: int) -> ToolScript:
+        return self.tools[index] if index < len(self.tools) else self.default_tool
 
 
 def answers(text: str = "Hello!", after: float = 1.0) -> RunnerScript:
@@ -121,6 +150,21 @@ def fails_turn(code: str = "model_error", message: str = "the fake model failed"
 def assistant_item(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": text}]}
+
+
+def call_id_for(start: p.TurnStart, index: int) -> str:
+    """The call id a fake gives the `index`-th call of a model step (the same on a repeat)."""
+    return f"call_{start.turn_id[-6:]}_{start.step}_{index}"
+
+
+def function_call_item(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+            "arguments": arguments, "status": "completed"}
+
+
+def calls(*pairs: tuple[str, str], text: str = "", after: float = 1.0) -> TurnScript:
+    """A model step answering with these tool calls (and `text`, if any)."""
+    return TurnScript("answer", after=after, text=text, calls=tuple(pairs))
 
 
 # --- the fake process and its connection ------------------------------------------
@@ -181,6 +225,8 @@ class FakeRunnerProcess:
         self.hung = False
         self.lingering = False  # the connection outlives the process (see TurnScript "exit_linger")
         self.turns_received: list[tuple[float, p.TurnStart]] = []
+        self.tools_received: list[tuple[float, p.ToolStart]] = []  # previews included
+        self._running_tools: dict[str, tuple[str, trio.CancelScope, list[str]]] = {}  # turn -> (call, scope, out)
         self.sent: list[tuple[float, p.Frame]] = []
         self.late_delivered: bool | None = None  # exit_linger: did the late completion get through?
         self.server_outcome: str | None = None   # how serve_runner ended for this connection
@@ -267,7 +313,7 @@ class FakeRunnerProcess:
                 ack = p.decode(await self._in.receive())
                 if not isinstance(ack, p.HelloAck):
                     raise AssertionError(f"expected hello.ack, got {ack!r}")
-                count = 0
+                count = tool_count = 0
                 async with trio.open_nursery() as turns:
                     if self.script.hang_after is not None:
                         turns.start_soon(self._hang_later, self.script.hang_after)
@@ -280,8 +326,23 @@ class FakeRunnerProcess:
                         elif isinstance(frame, p.TurnStart):
                             turns.start_soon(self._turn, frame, self.script.turn(count))
                             count += 1
+                        elif isinstance(frame, p.ToolStart):
+                            self.tools_received.append((trio.current_time(), frame))
+                            if frame.approval == "preview":
+                                self._send(p.ToolResult(frame.turn_id, frame.call_id, "preview",
+                                                        f"--- a/{frame.name}\n+++ b/{frame.name}\n"))
+                                continue
+                            turns.start_soon(self._tool, frame, self.script.tool(tool_count))
+                            tool_count += 1
                         elif isinstance(frame, p.Cancel):
-                            self._send(p.TurnFailed(frame.turn_id, "cancelled", "cancelled"))
+                            running = self._running_tools.pop(frame.turn_id, None)
+                            if running is not None:
+                                call_id, scope, out = running
+                                scope.cancel()
+                                self._send(p.ToolResult(frame.turn_id, call_id, "cancelled",
+                                                        "cancelled by the user. Output so far:\n" + "".join(out)))
+                            else:
+                                self._send(p.TurnFailed(frame.turn_id, "cancelled", "cancelled"))
                     turns.cancel_scope.cancel()
                 self._die(0)  # the server closed the connection: a real runner exits 0
             except* (trio.ClosedResourceError, trio.BrokenResourceError, trio.EndOfChannel):
@@ -293,9 +354,17 @@ class FakeRunnerProcess:
         if script.action in ("answer", "duplicate"):
             await trio.sleep(script.after)
             await self._unless_hung()
-            self._send(p.TurnEvent(turn_id, {"type": ev.TEXT_DELTA, "turn_id": turn_id, "delta": script.text}))
-            self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_{turn_id[-6:]}",
-                                       [assistant_item(script.text)], {"total_tokens": 3}))
+            output = [assistant_item(script.text)] if script.text or not script.calls else []
+            if output:
+                self._send(p.TurnEvent(turn_id, {"type": ev.TEXT_DELTA, "turn_id": turn_id, "delta": script.text}))
+            output += [function_call_item(call_id_for(start, i), name, args)
+                       for i, (name, args) in enumerate(script.calls)]
+            suffix = f"_{start.step}" if start.step else ""  # step 0 keeps the id older tests know
+            self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_{turn_id[-6:]}{suffix}", output,
+                                       {"total_tokens": 3}))
+            if script.die_after:
+                await self._die_soon(script.returncode)
+                return
             if script.action == "duplicate":
                 self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_dup",
                                            [assistant_item(script.duplicate_text)], None))
@@ -331,6 +400,49 @@ class FakeRunnerProcess:
         else:
             raise ValueError(f"unknown turn action {script.action!r}")
 
+
+    async def _tool(self, start: p.ToolStart, script: ToolScript) -> None:
+        turn_id, call_id = start.turn_id, start.call_id
+        out: list[str] = []
+
+        def stream(text: str) -> None:
+            out.append(text)
+            self._send(p.TurnEvent(turn_id, {"type": ev.TOOL_OUTPUT, "turn_id": turn_id, "call_id": call_id,
+                                             "delta": text}))
+
+        with trio.CancelScope() as scope:
+            self._running_tools[turn_id] = (call_id, scope, out)
+            if script.action == "result":
+                await trio.sleep(script.after)
+                await self._unless_hung()
+                if script.output:
+                    stream(script.output)
+                self._running_tools.pop(turn_id, None)
+                self._send(p.ToolResult(turn_id, call_id, script.status, script.output))
+                if script.die_after:
+                    await self._die_soon(script.returncode)
+            elif script.action == "die":
+                if script.partial:
+                    stream(script.partial)
+                await trio.sleep(script.after)
+                self._die(script.returncode)
+            elif script.action == "hang":
+                await trio.sleep(script.after)
+                self._stop_answering()
+                await trio.sleep_forever()
+            elif script.action == "wait":
+                if script.partial:
+                    stream(script.partial)
+                await trio.sleep_forever()
+            else:
+                raise ValueError(f"unknown tool action {script.action!r}")
+
+    async def _die_soon(self, returncode: int) -> None:
+        """Killed right after its last frame left: it takes nothing more, and is gone 0.5 s later
+        (so the server has read that frame before the host reports the exit)."""
+        self._stop_answering()
+        await trio.sleep(0.5)
+        self._die(returncode)
 
     async def _unless_hung(self) -> None:
         """A hung (or dead) process sends nothing more: its turn task stops here."""
@@ -411,11 +523,18 @@ class Seen(NamedTuple):
         return self.event["type"]
 
 
-def post_message(state: ServerState, session_id: str, text: str) -> dict[str, Any]:
+_NOT_GIVEN: Any = object()
+
+
+def post_message(state: ServerState, session_id: str, text: str,
+                 approval_timeout: float | None = _NOT_GIVEN) -> dict[str, Any]:
     """What `POST /v1/sessions/<id>/events` with a user message does; returns the turn row."""
-    item = state.store.append_item(session_id, {"type": "message", "role": "user",
-                                                "content": [{"type": "input_text", "text": text}]})
-    turn = state.store.create_turn(session_id, item["id"])
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    if approval_timeout is _NOT_GIVEN:
+        item = state.store.append_item(session_id, user)
+        turn = state.store.create_turn(session_id, item["id"])
+    else:
+        item, turn = state.store.queue_message(session_id, user, approval_timeout=approval_timeout)
     state.hub.publish(session_id, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
     state.turns.submit(session_id)
     return turn
@@ -473,15 +592,30 @@ class Harness:
     def processes(self) -> list[FakeRunnerProcess]:
         return self.launcher.processes
 
-    def new_session(self, agent: str = "helper", model: str = "fake-model") -> str:
-        agent_row = self.store.upsert_agent(agent, {"name": agent, "model": model})
-        session_id = self.store.create_conversation(agent_id=agent_row["id"])["id"]
+    def new_session(self, agent: str = "helper", model: str = "fake-model", *, spec: dict | None = None,
+                    workspace: str | None = None, permission_mode: str | None = None) -> str:
+        """A session of agent `agent`; `spec` adds to its spec (tools, permissions, max_steps ...)."""
+        agent_row = self.store.upsert_agent(agent, {"name": agent, "model": model, **(spec or {})})
+        session_id = self.store.create_conversation(agent_id=agent_row["id"], workspace=workspace,
+                                                    permission_mode=permission_mode)["id"]
         watch = self.watches[session_id] = SessionWatch()
         self.nursery.start_soon(watch.run, self.hub, session_id)
         return session_id
 
-    def post(self, session_id: str, text: str) -> dict[str, Any]:
-        return post_message(self.state, session_id, text)
+    def post(self, session_id: str, text: str, approval_timeout: float | None = _NOT_GIVEN) -> dict[str, Any]:
+        return post_message(self.state, session_id, text, approval_timeout)
+
+    def model_steps(self) -> list[tuple[int, int, int]]:
+        """Every TurnStart any runner got: (process index, step, attempt), in order of receipt."""
+        got = [(t, proc.index, start.step, start.attempt) for proc in self.processes
+               for t, start in proc.turns_received]
+        return [g[1:] for g in sorted(got, key=lambda g: g[0])]
+
+    def tool_starts(self, *, previews: bool = False) -> list[tuple[int, int, str, str]]:
+        """Every ToolStart any runner got: (process index, step, tool, approval), in order of receipt."""
+        got = [(t, proc.index, start.step, start.name, start.approval) for proc in self.processes
+               for t, start in proc.tools_received if previews or start.approval != "preview"]
+        return [g[1:] for g in sorted(got, key=lambda g: g[0])]
 
     async def until_terminal(self, session_id: str, turn_id: str) -> list[Seen]:
         return await self.watches[session_id].until_terminal(turn_id)
@@ -525,6 +659,7 @@ async def open_harness(
     rng: random.Random | None = None,
     store_path: str | Path | None = None,
     store_clock: Callable[[], float] | None = None,
+    local_permissions: str | None = None,
 ) -> AsyncIterator[Harness]:
     """The server pieces and a real `Host` over fake runners, in one nursery (ended on exit).
 
@@ -538,6 +673,7 @@ async def open_harness(
         async with trio.open_nursery() as nursery:
             hub = EventHub()
             registry = RunnerRegistry()
+            registry.local_permissions = local_permissions  # None: the session's own mode (a local run)
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,
                                 max_attempts=max_attempts)
             state = ServerState(store, hub, registry, turns, "t",

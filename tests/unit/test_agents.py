@@ -193,8 +193,9 @@ def test_dates_stay_strings(tmp_path):
         ("executor: {model: m, auth: {apikey: k}}\n", "agents/x.yaml: executor.auth.apikey: unknown key (did you mean 'api_key'?)"),
         ("executor: {model: m, auth: {profile: p}}\n",
          "agents/x.yaml: executor.auth.profile: unknown key (known: type, api_key, base_url)"),
-        ("executor: {model: m}\ntools: [a]\n", "agents/x.yaml: tools: unknown key (known: name, description, prompt, "
-                                                 "instructions, reasoning_effort, executor)"),
+        ("executor: {model: m}\nskills: [a]\n", "agents/x.yaml: skills: unknown key (known: name, description, "
+                                                  "prompt, instructions, reasoning_effort, tools, permissions, "
+                                                  "max_steps, tool_timeout, executor)"),
     ],
 )
 def test_unknown_keys_are_errors_naming_the_nearest_key(chdir_tmp, text, expected):
@@ -211,19 +212,21 @@ def test_unknown_keys_in_uploads_are_errors():
 def test_one_list_of_keys():
     from omnigent.agents.keys import KEYS
 
-    assert set(KEYS) == {"name", "description", "prompt", "instructions", "reasoning_effort", "executor"}
-    assert set(KEYS["executor"]) == {"harness", "model", "auth", "reasoning_effort"}
+    assert set(KEYS) == {"name", "description", "prompt", "instructions", "reasoning_effort", "executor",
+                         "tools", "permissions", "max_steps", "tool_timeout"}
+    assert set(KEYS["executor"]) == {"harness", "model", "auth", "reasoning_effort",
+                                     "tools", "permissions", "max_steps", "tool_timeout"}
     assert set(KEYS["executor"]["auth"]) == {"type", "api_key", "base_url"}
 
 
 def test_stored_specs_with_unknown_keys_load_and_log_once(caplog):
-    stored = {"raw": {"name": "old", "prompt": "x", "tools": ["t"], "executor": {"model": "m", "profile": "p"}}}
+    stored = {"raw": {"name": "old", "prompt": "x", "skills": ["t"], "executor": {"model": "m", "profile": "p"}}}
     with caplog.at_level(logging.WARNING, logger="omnigent.agents"):
         for _ in range(3):
             spec = AgentSpec.from_dict(stored, source="agent 'old'")
-    assert (spec.name, spec.model, spec.raw["tools"]) == ("old", "m", ["t"])
+    assert (spec.name, spec.model, spec.raw["skills"]) == ("old", "m", ["t"])
     warned = [r.getMessage() for r in caplog.records if r.name == "omnigent.agents"]
-    assert warned == ["agent 'old': tools: unknown key, ignored (stored before agent files were strict)",
+    assert warned == ["agent 'old': skills: unknown key, ignored (stored before agent files were strict)",
                       "agent 'old': executor.profile: unknown key, ignored (stored before agent files were strict)"]
 
 
@@ -515,7 +518,8 @@ def test_to_dict_from_dict(tmp_path):
     spec = load_spec(p, model="mock-model")
     d = spec.to_dict()
     assert json.loads(json.dumps(d)) == d
-    assert set(d) == {"name", "instructions", "harness", "model", "auth", "reasoning_effort", "raw"}
+    assert set(d) == {"name", "instructions", "harness", "model", "auth", "reasoning_effort", "raw",
+                      "tools", "permissions", "max_steps", "tool_timeouts"}
     again = AgentSpec.from_dict(d)
     assert again == spec and again.to_dict() == d
     d["raw"]["name"] = "changed"  # a copy: the spec is not affected

@@ -56,8 +56,9 @@ def brief(event: dict[str, Any]) -> tuple:
     return (t,)
 
 
-# the turn-state events (interrupted, retried) are asserted in test_events_turn_state.py
-_NOT_IN_TIMELINE = frozenset({ev.TURN_INTERRUPTED, ev.TURN_RETRIED})
+# the turn-state events (interrupted, retried) are asserted in test_events_turn_state.py, the
+# loop's (step recovered, usage) in test_agent_loop_*.py
+_NOT_IN_TIMELINE = frozenset({ev.TURN_INTERRUPTED, ev.TURN_RETRIED, ev.STEP_RECOVERED, ev.USAGE})
 
 
 def timeline(seen: list[Seen]) -> list[tuple]:

@@ -138,7 +138,7 @@ async def test_a_turn_survives_a_drop_and_its_frames_arrive_on_the_next_connecti
         server.up = True
         second = await server.accept()
         hello = await second.handshake()
-        assert hello.in_flight == [{"turn_id": "turn_1", "attempt": 1, "generation": 3}]
+        assert hello.in_flight == [{"turn_id": "turn_1", "attempt": 1, "generation": 3, "step": 0, "kind": "model"}]
         end = await second.recv()
         assert isinstance(end, p.TurnCompleted) and end.turn_id == "turn_1"
         assert model.calls == 1

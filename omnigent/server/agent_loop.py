@@ -1,0 +1,454 @@
+"""The agent loop: a turn as model steps and tool steps, each committed before the next.
+
+A turn (one user message) is steps numbered 0, 1, 2 ... (`turn_steps`). A
+*model step* is one `TurnStart(step=n)` to the runner, answered by
+`TurnCompleted` or `TurnFailed`; a *tool step* is one `ToolStart(step=n)` for
+one `function_call` of the model step before it, answered by `ToolResult`.
+The runner is stateless: it runs one step at a time and never decides what
+comes next. The loop reads what to do next from the store alone
+(`_next`), so a re-dispatch after a loss, an adoption after a server
+restart and a `/retry` all go on from the same place.
+
+Commit points (each one store transaction with its events, `hub.transaction`):
+- a model step's output (text and `function_call` items) with the step row
+  completed and its usage (`finish_model_step`), before any of its tools runs;
+- a tool step's `function_call_output` with the step row (`finish_tool_step`),
+  with `session.tool.completed`, before the next model call.
+
+Recovery, from the first unfinished stored step (one `session.step.recovered` each):
+
+| stored step                         | what the loop does                                     |
+| ----------------------------------- | ------------------------------------------------------ |
+| model step running                  | dispatched again, same history (byte-identical input)  |
+| read-only tool running              | run again                                              |
+| side-effecting tool running         | stored `interrupted` with the output captured so far;  |
+|                                     | the step's later calls stored `not_run`; next model    |
+| tool waiting, approval of this life | the same approval is waited for (nothing re-run)       |
+| tool waiting, older approval        | that one `expired`, asked again (new id)               |
+
+Whatever ends a turn early (failed, cancelled, out of runners) closes its
+open steps (`close_open_steps`) so nothing is left "running": every
+`function_call` gets exactly one output item.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+import protocol as p
+from protocol import events as ev
+
+from ..store import Store
+from .approval_waits import SIDE_EFFECTING, ToolGate
+from .history import build_history
+from .hub import EventHub
+from .outcomes import Outcomes
+from .registry import RunnerConn
+
+log = logging.getLogger("omnigent.server.turns")
+
+MOVED = object()  # put on a followed turn's route when its session is rebound by hand
+OPEN = ("running", "waiting")
+DEFAULT_MAX_STEPS = 50
+DEFAULT_TOOL_TIMEOUT = 120.0
+INTERRUPTED = ("interrupted: the runner stopped while this ran; the command may or may not have taken "
+               "effect. Output captured before that:\n{captured}")
+NOT_RUN_INTERRUPTED = "not run: an earlier call of this step was interrupted"
+NOT_RUN_LIMIT = "not run: the step limit was reached"
+NOT_RUN_CANCELLED = "not run: the turn was cancelled"
+NOT_RUN_FAILED = "not run: the turn failed"
+_CAPTURE_SCAN = 5000  # events read back for a tool's output after a restart
+
+
+@dataclass
+class LoopTurn:
+    """One attempt of a turn on one runner: what every step needs, and how a client stops it."""
+
+    session_id: str
+    turn_id: str
+    input_item_id: str | None
+    attempt: int
+    generation: int
+    conn: RunnerConn
+    frames: trio.MemoryReceiveChannel[Any]
+    spec: dict[str, Any]
+    conv: dict[str, Any]
+    mode: str
+    approval_timeout: float | None
+    hub: EventHub
+    adopted: bool = False              # the runner claimed its step in flight: follow it first
+    cancel_requested: bool = False
+    approval_scope: trio.CancelScope | None = None
+    waiting_for: str | None = None     # the approval id it waits on
+    captured: dict[str, list[str]] = field(default_factory=dict)  # call id -> output streamed so far
+
+    @property
+    def runner_id(self) -> str:
+        return self.conn.runner_id
+
+    def recovered(self, step: int, kind: str, action: str, *, reason: str, tool: str | None = None) -> None:
+        fields: dict[str, Any] = {"turn_id": self.turn_id, "step": step, "kind": kind, "action": action,
+                                  "reason": reason}
+        if tool:
+            fields["tool"] = tool
+        self.hub.publish(self.session_id, ev.STEP_RECOVERED, **fields)
+
+
+class AgentLoop:
+    """Runs a turn's steps on one runner until the turn ends or the attempt does (see the docstring).
+
+    `run` returns "completed", "failed", "cancelled" (all stored), "lost" (the
+    runner went; nothing stored for the open step) or "moved" (the session was
+    rebound; the old runner told to cancel).
+    """
+
+    def __init__(self, store: Store, hub: EventHub, outcomes: Outcomes, gate: ToolGate,
+                 has_moved: Callable[[str, str], bool], moved_done: Callable[[str], None]) -> None:
+        self.store = store
+        self.hub = hub
+        self.outcomes = outcomes
+        self.gate = gate
+        self._has_moved = has_moved
+        self._moved_done = moved_done
+        self._captured: dict[tuple[str, str], list[str]] = {}  # (turn, call) -> output, this server's life
+
+    # --- the loop -------------------------------------------------------------------
+
+    async def run(self, t: LoopTurn) -> str:
+        if t.adopted:
+            outcome = await self._follow_open_step(t)
+            if outcome is not None:
+                return outcome
+        else:
+            self._recover(t)
+        while True:
+            kind, n, call, later = self._next(t)
+            if t.cancel_requested:
+                self._not_run(t, n, ([call] if call else []) + later, NOT_RUN_CANCELLED)
+                self.outcomes.cancelled(t.session_id, t.turn_id)
+                return "cancelled"
+            if kind == "done":
+                self._complete(t, None)
+                return "completed"
+            if kind == "model":
+                outcome = await self._model_step(t, n)
+            else:
+                outcome = await self._tool_step(t, n, call, later)
+            if outcome is not None:
+                return outcome
+
+    def _next(self, t: LoopTurn) -> tuple[str, int, dict[str, Any] | None, list[dict[str, Any]]]:
+        """What comes next, from the store: ("model"|"tool"|"done", step, call, the step's later calls)."""
+        steps = self.store.steps(t.turn_id)
+        last = steps[-1] if steps else None
+        pending = self._pending_calls(t)
+        if last is not None and last["status"] in OPEN:
+            if last["kind"] == "model":
+                return "model", last["step"], None, []
+            call = next((c for c in pending if c.get("call_id") == last["call_id"]), None)
+            if call is None:
+                call = {"type": "function_call", "call_id": last["call_id"], "name": last["tool"],
+                        "arguments": last["arguments"] or ""}
+            return "tool", last["step"], call, [c for c in pending if c is not call]
+        n = last["step"] + 1 if last is not None else 0
+        if pending:
+            return "tool", n, pending[0], pending[1:]
+        if last is not None and last["kind"] == "model" and last["status"] == "completed":
+            return "done", n, None, []
+        return "model", n, None, []
+
+    def _recover(self, t: LoopTurn) -> None:
+        """A re-dispatch: say what happens to the step left open, and settle a side-effecting tool."""
+        steps = self.store.steps(t.turn_id)
+        last = steps[-1] if steps else None
+        if last is None or last["status"] != "running":
+            return  # nothing open ("waiting": the gate resumes its approval)
+        if last["kind"] == "model":
+            t.recovered(last["step"], "model", "repeated",
+                        reason="the runner stopped during the model call; it is asked again")
+            return
+        tool = last["tool"] or ""
+        if tool not in SIDE_EFFECTING:
+            t.recovered(last["step"], "tool", "rerun", tool=tool,
+                        reason=f"the runner stopped while {tool} ran; it is read-only, so it runs again")
+            return
+        self._interrupt_tool(t, last)
+
+    def _interrupt_tool(self, t: LoopTurn, row: dict[str, Any]) -> None:
+        """A side-effecting tool whose runner stopped mid-run: never run again (see the docstring)."""
+        _, _, call, later = self._next(t)
+        captured = self._captured_output(t, row["call_id"])
+        self._store_tool(t, row["step"], call or {"call_id": row["call_id"], "name": row["tool"]},
+                         INTERRUPTED.format(captured=captured), "interrupted")
+        self._not_run(t, row["step"] + 1, later, NOT_RUN_INTERRUPTED)
+        t.recovered(row["step"], "tool", "interrupted", tool=row["tool"],
+                    reason=f"the runner stopped while {row['tool']} ran; it is not run again "
+                           "(it may or may not have taken effect)")
+
+    # --- model steps -----------------------------------------------------------------
+
+    async def _model_step(self, t: LoopTurn, n: int) -> str | None:
+        self.store.begin_step(t.session_id, t.turn_id, n, "model", attempt=t.attempt)
+        model = t.conv.get("model_override") or t.spec.get("model") or ""
+        try:
+            await t.conn.send(p.TurnStart(
+                turn_id=t.turn_id, session_id=t.session_id, attempt=t.attempt, agent=t.spec,
+                input=self.history(t), model=model,
+                reasoning_effort=t.conv.get("reasoning_effort") or t.spec.get("reasoning_effort"),
+                generation=t.generation, step=n, workspace=t.conv.get("workspace"),
+            ))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return "lost"
+        return await self._model_answer(t, n)
+
+    async def _model_answer(self, t: LoopTurn, n: int) -> str | None:
+        frame = await self._follow(t, (p.TurnCompleted, p.TurnFailed))
+        if isinstance(frame, str):
+            return frame
+        if isinstance(frame, p.TurnFailed):
+            if frame.code == "cancelled":
+                self.store.end_step(t.turn_id, n, "cancelled", error="cancelled")
+                self.outcomes.cancelled(t.session_id, t.turn_id)
+                return "cancelled"
+            if frame.output:  # a partial answer (stream dropped): kept, marked incomplete
+                self.store.append_turn_output(t.session_id, t.turn_id, frame.output, None)
+            self.store.end_step(t.turn_id, n, "failed", error=frame.message)
+            self.outcomes.fail(t.session_id, t.turn_id, frame.code, frame.message)
+            return "failed"
+        calls = [item for item in frame.output if item.get("type") == "function_call"]
+        if not calls:
+            self._complete(t, frame, n)
+            return "completed"
+        with self.hub.transaction(t.session_id) as tx:  # the step's output before any of its tools runs
+            if self.store.finish_model_step(t.session_id, t.turn_id, n, frame.output, frame.response_id,
+                                            frame.usage):
+                self._publish_usage(tx, t, n, frame.usage)
+        done = sum(s["kind"] == "model" and s["status"] == "completed" for s in self.store.steps(t.turn_id))
+        limit = int(t.spec.get("max_steps") or DEFAULT_MAX_STEPS)
+        if done >= limit:
+            self._not_run(t, n + 1, calls, NOT_RUN_LIMIT)
+            self.outcomes.fail(t.session_id, t.turn_id, "max_steps", f"stopped after {done} model steps (max_steps)")
+            return "failed"
+        return None
+
+    def _complete(self, t: LoopTurn, frame: p.TurnCompleted | None, n: int | None = None) -> None:
+        """The model answered without tool calls: its step, the turn's end and their events at once."""
+        with self.hub.transaction(t.session_id) as tx:
+            if frame is not None and n is not None:
+                if not self.store.finish_model_step(t.session_id, t.turn_id, n, frame.output,
+                                                    frame.response_id, frame.usage):
+                    return  # a duplicate answer: the step (and the turn) ended already
+                self._publish_usage(tx, t, n, frame.usage)
+            if self.store.finish_turn(t.turn_id, "completed") is None:
+                return
+            row = self.store.get_turn(t.turn_id) or {}
+            response = {"id": frame.response_id if frame else None, "object": "response", "status": "completed",
+                        "output": self.turn_items(t.session_id, t.turn_id),
+                        "usage": row.get("usage") or (frame.usage if frame else None)}
+            tx.publish(ev.COMPLETED, turn_id=t.turn_id, response=response)
+            tx.publish(ev.SESSION_STATUS, status="idle")
+
+    def _publish_usage(self, tx: Any, t: LoopTurn, n: int, usage: dict[str, Any] | None) -> None:
+        if usage:
+            summed = (self.store.get_turn(t.turn_id) or {}).get("usage") or usage
+            tx.publish(ev.USAGE, turn_id=t.turn_id, step=n, usage=usage, turn=summed)
+
+    # --- tool steps --------------------------------------------------------------------
+
+    async def _tool_step(self, t: LoopTurn, n: int, call: dict[str, Any], later: list[dict[str, Any]]) -> str | None:
+        call_id, name, arguments = call.get("call_id") or "", call.get("name") or "", call.get("arguments") or ""
+        self.store.begin_step(t.session_id, t.turn_id, n, "tool", call_id=call_id, tool=name,
+                              arguments=arguments, attempt=t.attempt)
+        decision = await self.gate.decide(t, n, call, lambda: self._preview(t, n, call))
+        if decision.outcome == "refused":
+            self._store_tool(t, n, call, decision.message, "completed", shown="not_approved")
+            return None
+        if decision.outcome == "cancelled":
+            self._store_tool(t, n, call, decision.message, "cancelled")
+            self._not_run(t, n + 1, later, NOT_RUN_CANCELLED)
+            self.outcomes.cancelled(t.session_id, t.turn_id)
+            return "cancelled"
+        if t.conn.gone:  # lost while it waited for an answer: the next runner runs it, as decided
+            self.store.set_step_waiting(t.turn_id, n, True)
+            return "lost"
+        if self._has_moved(t.session_id, t.turn_id):
+            self.store.set_step_waiting(t.turn_id, n, True)
+            return self._moved_out(t, running=False)
+        with self.hub.transaction(t.session_id) as tx:
+            self.store.set_step_waiting(t.turn_id, n, False)
+            tx.publish(ev.TOOL_STARTED, turn_id=t.turn_id, step=n, call_id=call_id, tool=name, arguments=arguments)
+        try:
+            await t.conn.send(self._tool_start(t, n, call, decision.approval))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self.store.set_step_waiting(t.turn_id, n, True)  # it never left: run it on the next runner
+            return "lost"
+        return await self._tool_answer(t, n, call, later)
+
+    async def _tool_answer(self, t: LoopTurn, n: int, call: dict[str, Any], later: list[dict[str, Any]]) -> str | None:
+        result = await self._follow(t, (p.ToolResult, p.TurnFailed), call_id=call.get("call_id") or "")
+        if isinstance(result, str):
+            return result
+        if isinstance(result, p.TurnFailed):  # the runner could not run it at all
+            status = "cancelled" if result.code == "cancelled" else "error"
+            output = self._captured_output(t, call.get("call_id") or "")
+            text = (f"cancelled by the user. Output so far:\n{output}" if status == "cancelled"
+                    else f"error: the runner could not run this tool: {result.message}")
+            result = p.ToolResult(t.turn_id, call.get("call_id") or "", status, text)
+        self._store_tool(t, n, call, result.output, result.status)
+        self._captured.pop((t.turn_id, call.get("call_id") or ""), None)
+        if result.status == "cancelled" or t.cancel_requested:
+            self._not_run(t, n + 1, later, NOT_RUN_CANCELLED)
+            self.outcomes.cancelled(t.session_id, t.turn_id)
+            return "cancelled"
+        return None
+
+    def _tool_start(self, t: LoopTurn, n: int, call: dict[str, Any], approval: str) -> p.ToolStart:
+        name = call.get("name") or ""
+        timeouts = t.spec.get("tool_timeouts") or {}
+        timeout = timeouts.get(name) or timeouts.get("default") or DEFAULT_TOOL_TIMEOUT
+        return p.ToolStart(turn_id=t.turn_id, session_id=t.session_id, attempt=t.attempt, step=n,
+                           call_id=call.get("call_id") or "", name=name, arguments=call.get("arguments") or "",
+                           approval=approval, timeout_s=float(timeout), workspace=t.conv.get("workspace"),
+                           generation=t.generation)
+
+    async def _preview(self, t: LoopTurn, n: int, call: dict[str, Any]) -> str:
+        """The diff a write/edit would make, from the runner ("" when it cannot say)."""
+        try:
+            await t.conn.send(self._tool_start(t, n, call, "preview"))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return ""
+        result = await self._follow(t, (p.ToolResult,), call_id=call.get("call_id") or "", preview=True)
+        return result.output if isinstance(result, p.ToolResult) and result.status == "preview" else ""
+
+    def _store_tool(self, t: LoopTurn, n: int, call: dict[str, Any], output: str, status: str,
+                    shown: str | None = None) -> None:
+        call_id = call.get("call_id") or ""
+        with self.hub.transaction(t.session_id) as tx:  # the result and its event at once
+            if self.store.finish_tool_step(t.session_id, t.turn_id, n, call_id, output, status):
+                latest = self.store.list_items(t.session_id, order="desc", limit=1)
+                item = latest[0] if latest else {"type": "function_call_output", "call_id": call_id, "output": output}
+                tx.publish(ev.TOOL_DONE, turn_id=t.turn_id, step=n, call_id=call_id, tool=call.get("name") or "",
+                           status=shown or status, item=item)
+
+    def _not_run(self, t: LoopTurn, first: int, calls: list[dict[str, Any]], why: str) -> None:
+        """Calls that will never run get their output now (steps `first`, `first + 1`, ...)."""
+        for offset, call in enumerate(calls):
+            n = first + offset
+            self.store.begin_step(t.session_id, t.turn_id, n, "tool", call_id=call.get("call_id"),
+                                  tool=call.get("name"), arguments=call.get("arguments"), attempt=t.attempt)
+            self._store_tool(t, n, call, why, "not_run")
+
+    def close_open_steps(self, session_id: str, turn_id: str, status: str) -> None:
+        """A turn ended early (failed, cancelled): no step stays open, no call without an output."""
+        steps = self.store.steps(turn_id)
+        last = steps[-1] if steps else None
+        t = _Closing(session_id, turn_id, self.hub)
+        if last is not None and last["status"] in OPEN:
+            if last["kind"] == "model":
+                self.store.end_step(turn_id, last["step"], "cancelled" if status == "cancelled" else "failed",
+                                    error=f"the turn was {status}")
+            elif last["status"] == "running":
+                self._store_tool(t, last["step"], {"call_id": last["call_id"], "name": last["tool"]},  # type: ignore[arg-type]
+                                 INTERRUPTED.format(captured=self._captured_output(t, last["call_id"])),
+                                 "interrupted")
+        _, n, call, later = self._next(t)  # type: ignore[arg-type]
+        why = NOT_RUN_CANCELLED if status == "cancelled" else NOT_RUN_FAILED
+        self._not_run(t, n, ([call] if call else []) + later, why)  # type: ignore[arg-type]
+
+    # --- following what the runner sends -------------------------------------------------
+
+    async def _follow_open_step(self, t: LoopTurn) -> str | None:
+        """An adopted attempt: the runner still runs the open step; take its end as if dispatched here."""
+        kind, n, call, later = self._next(t)
+        if kind == "model":
+            return await self._model_answer(t, n)
+        if kind == "tool" and call is not None:
+            return await self._tool_answer(t, n, call, later)
+        return None
+
+    async def _follow(self, t: LoopTurn, ends: tuple[type, ...], *, call_id: str | None = None,
+                      preview: bool = False) -> Any:
+        """Relay the runner's events until one of `ends` for this step; "lost" or "moved" otherwise."""
+        async for frame in t.frames:
+            if frame is MOVED:
+                return self._moved_out(t, running=True)
+            if isinstance(frame, p.TurnEvent):
+                event = frame.event
+                if event.get("type") == ev.TOOL_OUTPUT and isinstance(event.get("delta"), str):
+                    self._captured.setdefault((t.turn_id, event.get("call_id") or ""), []).append(event["delta"])
+                self.outcomes.relay(t.session_id, t.turn_id, event)
+                continue
+            if not isinstance(frame, ends):
+                continue  # a late frame of an earlier step of this turn
+            if isinstance(frame, p.ToolResult) and (frame.call_id != call_id or (frame.status == "preview") != preview):
+                continue
+            if self._has_moved(t.session_id, t.turn_id):
+                return self._moved_out(t, running=False)
+            return frame
+        return "lost"
+
+    def _moved_out(self, t: LoopTurn, *, running: bool) -> str:
+        log.warning("turn %s: the session moved on; what runner %s sends for it is refused",
+                    t.turn_id, t.runner_id)
+        self._moved_done(t.session_id)
+        if running:  # still running there: stop it, and drop what it sends up to its end
+            t.conn.draining.add(t.turn_id)
+            try:
+                t.conn.outbox.send_nowait(p.Cancel(turn_id=t.turn_id))
+            except (trio.WouldBlock, trio.ClosedResourceError):
+                pass  # gone or stuck: the ping verdict ends it
+        return "moved"
+
+    # --- what the store holds ------------------------------------------------------------
+
+    def turn_items(self, session_id: str, turn_id: str) -> list[dict[str, Any]]:
+        """The turn's own items (what its steps stored), in order."""
+        ids = {r[0] for r in self.store.conn.execute(
+            "SELECT id FROM conversation_items WHERE conversation_id = ? AND turn_id = ?", [session_id, turn_id])}
+        return [item for item in self.store.list_items(session_id) if item["id"] in ids]
+
+    def _pending_calls(self, t: Any) -> list[dict[str, Any]]:
+        """The turn's function calls without an output yet, in order."""
+        items = self.turn_items(t.session_id, t.turn_id)
+        done = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+        return [i for i in items if i.get("type") == "function_call" and i.get("call_id") not in done]
+
+    def history(self, t: LoopTurn) -> list[dict[str, Any]]:
+        """The model's input for the next step: the conversation up to the turn's message, then its steps."""
+        items = self.store.list_items(t.session_id)
+        try:
+            return build_history(items, t.input_item_id, turn_id=t.turn_id)  # type: ignore[call-arg]
+        except TypeError:  # server/history.py before it took the turn's own items
+            mine = {i["id"] for i in self.turn_items(t.session_id, t.turn_id)}
+            upto = next((k for k, i in enumerate(items) if i["id"] == t.input_item_id), len(items) - 1)
+            return build_history(items[:upto + 1] + [i for i in items[upto + 1:] if i["id"] in mine], None)
+
+    def _captured_output(self, t: Any, call_id: str) -> str:
+        """What the tool streamed before its runner stopped: kept in memory, else read back from the log."""
+        chunks = self._captured.pop((t.turn_id, call_id), None)
+        if chunks is None:
+            after = max(0, self.store.last_event_seq(t.session_id) - _CAPTURE_SCAN)
+            chunks = []
+            while True:
+                events = self.store.read_events(t.session_id, after, limit=500)
+                if not events:
+                    break
+                after = events[-1]["sequence_number"]
+                chunks += [e["delta"] for e in events if e.get("type") == ev.TOOL_OUTPUT
+                           and e.get("turn_id") == t.turn_id and e.get("call_id") == call_id]
+        return "".join(chunks)
+
+
+@dataclass
+class _Closing:
+    """What `close_open_steps` needs of a loop turn when no attempt is running."""
+
+    session_id: str
+    turn_id: str
+    hub: EventHub
+    attempt: int = 0
