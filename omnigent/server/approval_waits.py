@@ -25,7 +25,6 @@ id), while one of a dead predecessor is expired and asked again.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -36,30 +35,8 @@ import trio
 
 from protocol import events as ev
 
+from ..tools.policy import SIDE_EFFECTING, allowed, approval_target, strictest
 from .hub import EventHub
-
-try:
-    from ..tools.policy import SIDE_EFFECTING, allowed, approval_target, strictest
-except ImportError:  # helper T's pure policy module not merged yet: the contract's behaviour
-    SIDE_EFFECTING = frozenset({"shell", "write_file", "edit_file"})
-    _MODES = ("deny", "ask", "auto")
-
-    def strictest(*modes: str | None) -> str:
-        given = [m for m in modes if m in _MODES]
-        return min(given, key=_MODES.index) if given else "ask"
-
-    def allowed(name: str, mode: str) -> bool:
-        return not (name in SIDE_EFFECTING and mode == "deny")
-
-    def approval_target(name: str, arguments: str) -> str:
-        try:
-            args = json.loads(arguments)
-        except ValueError:
-            return ""
-        if not isinstance(args, dict):
-            return ""
-        value = args.get("command" if name == "shell" else "path")
-        return value if isinstance(value, str) else ""
 
 if TYPE_CHECKING:
     from ..store import Store

@@ -1,5 +1,7 @@
 """What a turn leaves behind: the runner's events relayed, and its end stored with its events.
 
+(A completed turn's end is stored with its last model step, `agent_loop.py`.)
+
 Every end of a turn (completed, failed, cancelled, interrupted) is written
 to the store and published to the session's watchers in one hub transaction
 (`hub.transaction`), so a watcher never sees an end the store does not have,
@@ -36,15 +38,6 @@ class Outcomes:
             return
         fields = {k: v for k, v in event.items() if k not in ("type", "sequence_number", "session_id")}
         self.hub.publish(session_id, event["type"], **fields)
-
-    def complete(self, session_id: str, turn_id: str, frame: p.TurnCompleted) -> None:
-        response = {"id": frame.response_id, "object": "response", "status": "completed",
-                    "output": frame.output, "usage": frame.usage}
-        with self.hub.transaction(session_id) as tx:  # answer, end and events at once (events)
-            self.store.append_turn_output(session_id, turn_id, frame.output, frame.response_id)
-            self.store.finish_turn(turn_id, "completed")
-            tx.publish(ev.COMPLETED, turn_id=turn_id, response=response)
-            tx.publish(ev.SESSION_STATUS, status="idle")
 
     def interrupted(self, session_id: str, turn_id: str, reason: str) -> dict[str, Any] | None:
         """The attempt ended without an answer (its runner lost, say); the turn row as it ended."""

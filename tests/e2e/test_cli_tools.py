@@ -281,7 +281,8 @@ def test_a_tree_killed_at_an_approval_resumes_saying_where_and_retry_asks_again(
                                "waiting for approval of shell); /retry continues from there."))
         child.expect(PROMPT_READY)
         submit_prompt(child, "/retry")
-        child.expect(question)  # asked again: nothing was decided before the crash
+        child.expect([question, "FINISHED_AFTER_RETRY"])  # asked again: nothing was decided before the crash
+        assert child.match.group(0) != "FINISHED_AFTER_RETRY", "the call was not asked again"
         child.send("y\r")
         child.expect("FINISHED_AFTER_RETRY")
         child.expect(PROMPT_READY)
