@@ -14,8 +14,11 @@ The invariants, per seed:
   terminal event over every server incarnation, nothing for it after that;
 - no answer stored twice, and the stored answer is the final attempt's
   (a late result of an older attempt or a moved session never is);
-- no model call twice for one attempt (the attempt numbers of one turn are
-  never reused, so a restart never makes a runner run the same attempt again);
+- no model call (or tool run) twice for one step of one attempt (the attempt
+  numbers of one turn are never reused, so a restart never makes a runner run
+  the same attempt's step again); every turn's first model step reads a file
+  (a tool step), so adoption of tool steps by their step number is exercised;
+- every call stored once, with exactly one output;
 - no turn ends cancelled: nobody asks for a cancel here, so one would be a
   refused turn's cancel reaching another attempt of it.
 """
@@ -282,7 +285,7 @@ def _check(store: Store, world: World, runners: list[ReconnectingRunner], turns:
         calls.update(runner.calls)
     for key, count in calls.items():
         if count > 1:
-            out.append(f"turn {key[0]} attempt {key[1]}: the model was called {count} times")
+            out.append(f"turn {key[0]} attempt {key[1]} step {key[2]}: the {key[3]} ran {count} times")
     ended: dict[str, float] = {}
     for t, k, sid, event in world.events:
         tid = event.get("turn_id")
@@ -298,7 +301,12 @@ def _check(store: Store, world: World, runners: list[ReconnectingRunner], turns:
             out.append(f"turn {tid}: left {row['status']} (attempt {row['attempt']})")
             continue
         stored = store.conn.execute("SELECT response_id FROM conversation_items WHERE conversation_id = ?"
-                                    " AND turn_id = ?", [sid, tid]).fetchall()
+                                    " AND turn_id = ? AND type = 'message' ORDER BY position", [sid, tid]).fetchall()
+        kinds = [r[0] for r in store.conn.execute(
+            "SELECT type FROM conversation_items WHERE conversation_id = ? AND turn_id = ? ORDER BY position",
+            [sid, tid])]
+        if kinds.count("function_call") > 1 or kinds.count("function_call_output") != kinds.count("function_call"):
+            out.append(f"turn {tid}: its items are {kinds} (a step stored twice, or a call without its output)")
         if row["status"] == "completed":
             if len(stored) != 1:
                 out.append(f"turn {tid}: completed with {len(stored)} stored answers")

@@ -42,7 +42,7 @@ class Dialer(Protocol):
 
 @dataclass
 class _Turn:
-    start: p.TurnStart
+    start: p.TurnStart | p.ToolStart  # one step of a turn: a model step or a tool step
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
 
@@ -90,8 +90,8 @@ class ReconnectingRunner:
                 await trio.sleep(self._backoff.next())
 
     async def _session(self, out: trio.MemorySendChannel[str], incoming: trio.MemoryReceiveChannel[str]) -> bool:
-        in_flight = [{"turn_id": t.start.turn_id, "attempt": t.start.attempt, "generation": t.start.generation}
-                     for t in self._owed.values()]
+        in_flight = [{"turn_id": t.start.turn_id, "attempt": t.start.attempt, "generation": t.start.generation,
+                      "step": t.start.step} for t in self._owed.values()]
         try:
             out.send_nowait(p.encode(p.Hello(self.runner_id, 5000 + self.index, p.PROTOCOL_VERSION,
                                              ["fake"], in_flight)))
@@ -111,7 +111,7 @@ class ReconnectingRunner:
                 frame = p.decode(raw)
                 if isinstance(frame, p.Ping):
                     self._send(p.Pong(frame.ts), None)
-                elif isinstance(frame, p.TurnStart):
+                elif isinstance(frame, (p.TurnStart, p.ToolStart)):
                     self._start(frame)
                 elif isinstance(frame, p.Cancel):
                     turn = self._running.get(frame.turn_id)
@@ -131,16 +131,17 @@ class ReconnectingRunner:
                 self._out = None
             else:
                 self.sent.append((trio.current_time(), frame))
-                if turn is not None and isinstance(frame, (p.TurnCompleted, p.TurnFailed)) \
+                if turn is not None and isinstance(frame, (p.TurnCompleted, p.TurnFailed, p.ToolResult)) \
                         and self._owed.get(turn.start.turn_id) is turn:
                     del self._owed[turn.start.turn_id]
                 return
         if not isinstance(frame, p.Pong):
             self._buffer.append((frame, turn))
 
-    def _start(self, start: p.TurnStart) -> None:
+    def _start(self, start: p.TurnStart | p.ToolStart) -> None:
         old = self._owed.get(start.turn_id)
-        if old is not None and old.start.attempt == start.attempt:
+        if old is not None and (old.start.attempt, old.start.step, old.start.kind) == (
+                start.attempt, start.step, start.kind):
             return  # a duplicate
         turn = _Turn(start)
         self._running[start.turn_id] = self._owed[start.turn_id] = turn
@@ -155,13 +156,21 @@ class ReconnectingRunner:
         tid, attempt = start.turn_id, start.attempt
         end: p.Frame
         with turn.scope:
-            self.calls[(tid, attempt)] += 1  # the model call
+            self.calls[(tid, attempt, start.step, start.kind)] += 1  # the model call (or the tool run)
             await trio.sleep(self.model_time * self.rng.uniform(0.2, 1.0))
-            self._send(p.TurnEvent(tid, {"type": ev.TEXT_DELTA, "turn_id": tid,
-                                         "delta": f"{tid[-6:]}/{attempt}"}), turn)
+            if isinstance(start, p.TurnStart):
+                self._send(p.TurnEvent(tid, {"type": ev.TEXT_DELTA, "turn_id": tid,
+                                             "delta": f"{tid[-6:]}/{attempt}"}), turn)
             await trio.sleep(self.model_time * self.rng.uniform(0.2, 1.0))
-        if turn.scope.cancelled_caught:
+        if isinstance(start, p.ToolStart):  # a read-only tool: its contents, or cancelled
+            status = "cancelled" if turn.scope.cancelled_caught else "completed"
+            end = p.ToolResult(tid, start.call_id, status, f"contents for {tid[-6:]}/{attempt}")
+        elif turn.scope.cancelled_caught:
             end = p.TurnFailed(tid, "cancelled", "cancelled")
+        elif start.step == 0:  # every turn's first model step reads a file
+            call = {"type": "function_call", "id": f"fc_{tid[-6:]}", "call_id": f"call_{tid[-6:]}",
+                    "name": "read_file", "arguments": '{"path": "a.txt"}', "status": "completed"}
+            end = p.TurnCompleted(tid, f"resp_{tid[-6:]}_{attempt}_{self.index}_s0", [call])
         else:
             text = f"answer {tid[-6:]}/{attempt} from #{self.index}"
             end = p.TurnCompleted(tid, f"resp_{tid[-6:]}_{attempt}_{self.index}", [assistant_item(text)])

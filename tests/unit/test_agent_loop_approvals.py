@@ -20,7 +20,7 @@ from omnigent.server.app import create_app
 from protocol import events as ev
 from tests.support.fake_runners import RunnerScript, ToolScript, TurnScript, calls, open_harness
 
-from .test_agent_loop_crashes import SHELL, SHELL2, TOOLS, ended, outputs, session, steps, until_event
+from .test_agent_loop_crashes import SHELL, SHELL2, ended, outputs, session, steps, until_event
 
 TIMEOUT = 120
 WRITE = ("write_file", '{"path": "a.txt", "content": "hi"}')
