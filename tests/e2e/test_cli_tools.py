@@ -242,9 +242,6 @@ def test_attach_answers_a_pending_approval_and_one_answered_elsewhere_is_dismiss
 
 
 @pytest.mark.slow  # two runs and a kill: heavier than the rest
-@pytest.mark.xfail(strict=False, reason="the loop stores a tool step that waits for an approval as 'running' "
-                   "(set_step_waiting is called only when the runner is lost), so a restart marks the call "
-                   "interrupted instead of asking again (server/agent_loop.py, helper C)")
 def test_a_tree_killed_at_an_approval_resumes_saying_where_and_retry_asks_again(
     env, workspace, tmp_path, mock_llm_server_url,
 ):
