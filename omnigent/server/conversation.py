@@ -40,7 +40,7 @@ def register(app: Any, state: ServerState) -> None:
         if kind == "interrupt":
             return {"queued": False, "interrupted": await state.turns.interrupt(session_id)}, 202
         if kind == "retry":
-            return _retry(session_id)
+            return _retry(session_id, body.get("data"))
         if kind == "approval":
             return await approvals.answer(state, session_id, body.get("data"))
         if kind != "message":
@@ -59,23 +59,30 @@ def register(app: Any, state: ServerState) -> None:
         state.turns.submit(session_id)
         return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202
 
-    def _retry(session_id: str):
+    def _retry(session_id: str, data: Any):
         """Run the newest interrupted turn again (one left by a crashed process, say).
 
         A turn with stored steps is queued again as itself, so the loop goes on
         from its first unfinished step: nothing it stored runs twice. That is
         also how a turn cancelled mid-tool continues. Any other interrupted or
-        failed turn runs afresh as a new turn on the same message.
+        failed turn runs afresh as a new turn on the same message. `data` may
+        carry the `approval_timeout` of whoever retries (as on a message).
         """
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise invalid("'data' of a retry must be an object")
+        timeout = _approval_timeout(data, default_timeout)
         turns = store.list_turns(session_id)
         last = turns[-1] if turns else None
         if last is not None and last["step"] is not None and last["status"] in ("interrupted", "failed", "cancelled"):
-            turn = store.requeue_turn(last["id"])
+            turn = (store.requeue_turn(last["id"], approval_timeout=timeout) if "approval_timeout" in data
+                    else store.requeue_turn(last["id"]))
             state.turns.submit(session_id)
             return {"queued": True, "item_id": last["input_item_id"], "turn_id": turn["id"], "resumed": True}, 202
         if last is None or last["status"] not in ("interrupted", "failed"):
             raise ApiError("conflict", "the last turn of this session was not interrupted")
-        turn = store.create_turn(session_id, last["input_item_id"])
+        turn = store.create_turn(session_id, last["input_item_id"], approval_timeout=timeout)
         state.turns.submit(session_id)
         return {"queued": True, "item_id": last["input_item_id"], "turn_id": turn["id"]}, 202
 

@@ -33,6 +33,13 @@ _STEP_SELECT = f"SELECT {', '.join(STEP_COLUMNS)} FROM turn_steps"
 _CHUNK = 400  # (turn, step) pairs per query: well under SQLite's limit of bound variables
 
 
+class _Keep:
+    """The type of `_KEEP`: leave the stored value as it is."""
+
+
+_KEEP = _Keep()
+
+
 class TurnsMixin(Tables):
     def _with_steps(self, rows: list[dict]) -> list[dict]:
         # each turn row gains `step`, its last step row (store/steps.py): where the turn is, or
@@ -50,16 +57,20 @@ class TurnsMixin(Tables):
     def _with_step(self, row: dict | None) -> dict | None:
         return self._with_steps([row])[0] if row is not None else None
 
-    def create_turn(self, conv_id: str, input_item_id: str | None, *, owner_pid: int | None = None) -> dict:
+    def create_turn(self, conv_id: str, input_item_id: str | None, *, owner_pid: int | None = None,
+                    approval_timeout: float | None = None) -> dict:
         """A new 'queued' turn. `owner_pid` defaults to this process, so a queued
-        turn of a process that died can be found by `interrupt_orphaned_turns`."""
+        turn of a process that died can be found by `interrupt_orphaned_turns`.
+        `approval_timeout` as in `queue_message` (None: until answered)."""
         turn_id = ids.new_id(ids.TURN)
         with self._write():
             self._require_conversation(conv_id)
             self.db.execute(
-                """INSERT INTO turns (id, conversation_id, input_item_id, status, owner_pid, created_at)
-                   VALUES (?, ?, ?, 'queued', ?, ?)""",
-                [turn_id, conv_id, input_item_id, os.getpid() if owner_pid is None else owner_pid, self._clock()],
+                """INSERT INTO turns (id, conversation_id, input_item_id, status, owner_pid, created_at,
+                                      approval_timeout)
+                   VALUES (?, ?, ?, 'queued', ?, ?, ?)""",
+                [turn_id, conv_id, input_item_id, os.getpid() if owner_pid is None else owner_pid, self._clock(),
+                 approval_timeout],
             )
         return self.get_turn(turn_id)  # type: ignore[return-value]
 
@@ -240,13 +251,15 @@ class TurnsMixin(Tables):
                         taken.append(turn_id)
         return [self.get_turn(t) for t in taken]  # type: ignore[misc]
 
-    def requeue_turn(self, turn_id: str) -> dict:
+    def requeue_turn(self, turn_id: str, *, approval_timeout: float | None | _Keep = _KEEP) -> dict:
         """An interrupted (or failed or cancelled) turn back to 'queued': same id, its steps kept.
 
         What `/retry` does with a turn that has stored steps: the loop goes on
         from its first unfinished step instead of starting the turn afresh
         (which would run its tools again). The turn is this process's now.
         Raises ConflictError for a turn that is still under way or completed.
+        `approval_timeout`, when given, replaces the turn's (whoever retries may
+        be at a terminal where the first post was not, or the other way round).
         """
         with self._write():
             status = self._require_turn(turn_id)
@@ -256,6 +269,8 @@ class TurnsMixin(Tables):
             self.db.execute(
                 "UPDATE turns SET status = 'queued', error = NULL, ended_at = NULL, owner_pid = ? WHERE id = ?",
                 [os.getpid(), turn_id])
+            if not isinstance(approval_timeout, _Keep):
+                self.db.execute("UPDATE turns SET approval_timeout = ? WHERE id = ?", [approval_timeout, turn_id])
         return self.get_turn(turn_id)  # type: ignore[return-value]
 
     def running_own_turn(self, conv_id: str, owner_pid: int) -> dict | None:

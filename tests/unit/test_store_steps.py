@@ -269,3 +269,17 @@ def test_a_turn_output_after_steps_takes_the_next_slots(store: Store, turn: dict
         "SELECT output_index FROM conversation_items WHERE turn_id = ? ORDER BY position", [tid])]
     assert slots == [0, 1, 2]
     assert store.get_turn(tid)["output_persisted"] is True
+
+def test_requeue_takes_the_retrying_clients_approval_timeout_or_keeps_the_turns(store: Store):
+    conv = store.create_conversation(agent_id=None, workspace="/w")
+    _, turn = store.queue_message(conv["id"], user("do it"), approval_timeout=None)  # posted at a terminal
+    tid = turn["id"]
+    store.start_turn(tid, "runner_a")
+    store.begin_step(conv["id"], tid, 0, "model", attempt=1)
+    store.mark_interrupted(tid)
+    assert store.requeue_turn(tid)["approval_timeout"] is None  # kept
+    store.start_turn(tid, "runner_a")
+    store.mark_interrupted(tid)
+    assert store.requeue_turn(tid, approval_timeout=0.0)["approval_timeout"] == 0.0  # retried from a pipe
+    fresh = store.create_turn(conv["id"], turn["input_item_id"], approval_timeout=600.0)
+    assert fresh["approval_timeout"] == 600.0
