@@ -18,13 +18,18 @@ How a tool's processes end, case by case:
   longer alive, because the pool's process may have children of its own (the
   local tree's process, a test process with its mock model server).
 
-Residual cases, where a process can outlive its owner:
+Where unprivileged user and PID namespaces work, the shell tool runs each
+call as PID 1 of a namespace of its own (`shell.namespace_argv`): the kernel
+ends everything in it when the call ends or its runner dies, and the sweeps
+below have nothing left to do. They are the fallback where namespaces are
+not available or are turned off (`OMNIGENT_TOOL_PIDNS=0`).
+
+Residual cases without namespaces, where a process can outlive its owner:
 - The host's process itself is SIGKILLed (or is not a subreaper, e.g. a
   kernel without PR_SET_CHILD_SUBREAPER) while a tool has a `setsid`
   grandchild: nothing above is a subreaper, so it goes to init and runs on.
   (The bash and its own group still die through the parent-death signal and
-  the group kill.) Unprivileged PID namespaces would close this; they are not
-  used yet.
+  the group kill.)
 - After a runner SIGKILL, an orphan that cleared its environment
   (`env -i setsid cmd &`) is not recognised by the host's sweep.
 - A process that changed its uid, or a zombie, cannot be read; zombies are

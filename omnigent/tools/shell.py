@@ -14,6 +14,18 @@ so the group id cannot have been reused by then. Processes that left the
 group are the runner's sweep's (see `reaper`). On a timeout or a cancel the
 group gets SIGTERM, one second, then SIGKILL.
 
+Where unprivileged user and PID namespaces work (probed once per process,
+`namespace_argv`), the bash runs as PID 1 of a namespace of its own
+(`unshare --user --map-current-user --pid --fork --kill-child --mount-proc`,
+the parent-death signal set on `unshare`): when that init ends, by the end
+of the command, a group kill, a timeout or the runner's death (`unshare`
+dies with the runner, `--kill-child` passes it on), the kernel kills every
+process left in the namespace, `setsid` grandchildren and double forks
+included, even when the host process was SIGKILLed too. Inside, the command
+sees only its own processes, `$PPID` is 0, and setuid programs (sudo) do not
+gain privileges. `OMNIGENT_TOOL_PIDNS=0` turns it off; without namespaces
+the subreaper sweeps (`reaper`) are what ends orphans.
+
 Output: stdout and stderr share one pipe. The model gets the first 32 KiB
 and the last 32 KiB with `[... N bytes cut ...]` between, then `exit code: N`.
 Secrets are redacted at the byte level before anything is streamed or kept.
@@ -38,6 +50,26 @@ DRAIN_AFTER_EXIT = 0.2     # output still in the pipe once the bash has exited
 REDACTED = b"[redacted]"
 
 _running: set[int] = set()  # pids of the bashes of shell calls in progress in this process
+PIDNS_VAR = "OMNIGENT_TOOL_PIDNS"
+_UNSHARE = ("unshare", "--user", "--map-current-user", "--pid", "--fork", "--kill-child", "--mount-proc")
+_probed: dict[bool, tuple[str, ...]] = {}  # the probe's answer, once per process
+
+
+def namespace_argv() -> tuple[str, ...]:
+    """The `unshare` prefix when PID namespaces work here (and are not turned off), else ().
+
+    Probed once per process by running `unshare ... true` (a few ms, on the first shell call).
+    """
+    if os.environ.get(PIDNS_VAR, "1") == "0":
+        return ()
+    if True not in _probed:
+        try:
+            probe = subprocess.run([*_UNSHARE, "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, timeout=2, check=False)
+            _probed[True] = _UNSHARE if probe.returncode == 0 else ()
+        except (OSError, subprocess.SubprocessError):
+            _probed[True] = ()
+    return _probed[True]
 
 
 def running_tool_pids() -> frozenset[int]:
@@ -181,7 +213,7 @@ def spawn(command: str, workspace: str, env: dict[str, str]) -> tuple[subprocess
     parent = os.getpid()
     try:
         popen = subprocess.Popen(
-            ["bash", "-c", command], cwd=workspace, env={**env, OWNER_VAR: str(parent)},
+            [*namespace_argv(), "bash", "-c", command], cwd=workspace, env={**env, OWNER_VAR: str(parent)},
             stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, close_fds=True,
             start_new_session=True, preexec_fn=lambda: die_with_parent(parent))
     except BaseException:

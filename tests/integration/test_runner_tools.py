@@ -32,7 +32,9 @@ def shell(command: str, workspace: Path, *, call_id: str = "call_1", approval: s
 
 
 async def test_pings_are_answered_while_a_long_tool_runs_and_its_output_has_no_credential(spawn, server, tmp_path):
-    runner, conn = await online(spawn, server, env={"OPENAI_API_KEY": SECRET, "OMNIGENT_TOOL_POLICY": "auto"})
+    # no PID namespace: the tool reads its parent's (the runner's) environment through /proc
+    runner, conn = await online(spawn, server, env={"OPENAI_API_KEY": SECRET, "OMNIGENT_TOOL_POLICY": "auto",
+                                                    "OMNIGENT_TOOL_PIDNS": "0"})
     # The tool runs until the test says so: however slow the machine, it outlasts the pings.
     command = ("env; echo ----; tr '\\0' '\\n' < /proc/$PPID/environ; echo waiting; "
                "while [ ! -e go ]; do sleep 0.05; done")
@@ -62,7 +64,8 @@ async def test_pings_are_answered_while_a_long_tool_runs_and_its_output_has_no_c
 
 
 async def test_cancel_answers_the_output_so_far_and_a_setsid_grandchild_is_swept(spawn, server, tmp_path):
-    runner, conn = await online(spawn, server, env={"OMNIGENT_TOOL_POLICY": "auto"})
+    # no PID namespace: `$!` is a pid of this machine's, and the runner's sweep is what ends it
+    runner, conn = await online(spawn, server, env={"OMNIGENT_TOOL_POLICY": "auto", "OMNIGENT_TOOL_PIDNS": "0"})
     # A daemonised grandchild outside the tool's process group: only the runner's sweep can end it.
     await conn.send(shell("setsid sleep 300 > /dev/null 2>&1 & echo $!", tmp_path, call_id="call_bg"))
     while not isinstance(frame := await conn.recv(), ToolResult):

@@ -7,6 +7,11 @@ unique <n>, so /proc tells whether it still lives. After the tool ends, is
 cancelled, or its runner is SIGKILLed, every marker must be gone within 2 s.
 The default run starts all five kinds of child in one command per case; the
 slow run checks each kind alone.
+
+Each case runs twice: with the tool in a PID namespace of its own (where this
+machine allows one: then a SIGKILLed runner needs no host sweep at all, the
+kernel ends the namespace) and with namespaces turned off
+(`OMNIGENT_TOOL_PIDNS=0`: the subreaper sweeps alone).
 """
 
 from __future__ import annotations
@@ -23,8 +28,17 @@ from pathlib import Path
 
 import pytest
 
+from omnigent.tools.shell import PIDNS_VAR, namespace_argv
 from tests.support.tool_owner import kinds as _kinds
 from tests.support.tool_owner import markers_alive as _markers_alive
+
+_HAS_PIDNS = bool(namespace_argv())
+ISOLATIONS = [pytest.param("pidns", marks=pytest.mark.skipif(not _HAS_PIDNS, reason="no user+PID namespaces here")),
+              "sweeps"]
+
+
+def _env(isolation: str) -> dict[str, str]:
+    return {**os.environ, PIDNS_VAR: "1" if isolation == "pidns" else "0"}
 
 OWNER = Path(__file__).resolve().parents[1] / "support" / "tool_owner.py"
 _numbers = itertools.count(int(time.time() * 1000) % 100000 * 100)
@@ -91,25 +105,34 @@ def _cleanup(marker: str) -> None:
             pass
 
 
-def _run_case(tmp_path: Path, case: str, spawn: str) -> None:
+def _run_case(tmp_path: Path, case: str, spawn: str, isolation: str = "sweeps") -> None:
     marker = str(next(_numbers))
     spawn = spawn.replace("MARKER", marker)
     owners: list[_Owner] = []
+    env = _env(isolation)
     try:
         if case == "end":
             command = f"{spawn} echo ready"
-            runner = _Owner("runner", tmp_path, "end", command)
+            runner = _Owner("runner", tmp_path, "end", command, env=env)
             owners.append(runner)
             runner.expect("SWEPT")
             assert json.loads(runner.expect("OUTCOME").split(" ", 1)[1])[0] == "completed"
         elif case == "cancel":
             command = f"{spawn} echo ready; exec sleep 300.{marker}9"
-            runner = _Owner("runner", tmp_path, "cancel", command)
+            runner = _Owner("runner", tmp_path, "cancel", command, env=env)
             owners.append(runner)
             runner.expect("SWEPT")
+        elif isolation == "pidns":  # the runner SIGKILLed mid-tool, and no host above it sweeps
+            command = f"{spawn} echo ready; exec sleep 300.{marker}9"
+            runner = _Owner("runner", tmp_path, "hang", command, env=env)
+            owners.append(runner)
+            runner_pid = int(runner.expect("RUNNER").split()[1])
+            runner.expect("READY")
+            _wait_started(marker, command.count("sleep 300."))
+            os.kill(runner_pid, signal.SIGKILL)
         else:  # the runner SIGKILLed mid-tool; the host sweeps
             command = f"{spawn} echo ready; exec sleep 300.{marker}9"
-            host = _Owner("host", tmp_path, "hang", command)
+            host = _Owner("host", tmp_path, "hang", command, env=env)
             owners.append(host)
             runner_pid = int(host.expect("RUNNER").split()[1])
             host.expect("READY")
@@ -127,16 +150,18 @@ def _all_kinds() -> str:
     return " ".join(_kinds("MARKER").values())
 
 
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("case", ["end", "cancel", "runner_killed"])
-def test_no_descendant_outlives_the_tool(tmp_path, case):
-    _run_case(tmp_path, case, _all_kinds())
+def test_no_descendant_outlives_the_tool(tmp_path, case, isolation):
+    _run_case(tmp_path, case, _all_kinds(), isolation)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("case", ["end", "cancel", "runner_killed"])
 @pytest.mark.parametrize("kind", list(_kinds("MARKER")))
-def test_each_kind_of_child_alone(tmp_path, case, kind):
-    _run_case(tmp_path, case, _kinds("MARKER")[kind])
+def test_each_kind_of_child_alone(tmp_path, case, kind, isolation):
+    _run_case(tmp_path, case, _kinds("MARKER")[kind], isolation)
 
 
 def test_the_sweep_leaves_children_it_must_keep(tmp_path):
@@ -178,7 +203,7 @@ def test_the_markers_do_outlive_a_plain_bash(tmp_path):
 def test_the_bash_dies_with_its_runner_even_without_a_sweep(tmp_path):
     """PR_SET_PDEATHSIG alone: no host above; SIGKILL the runner, its tool's bash goes too."""
     marker = str(next(_numbers))
-    runner = _Owner("runner", tmp_path, "hang", f"echo ready; exec sleep 300.{marker}9")
+    runner = _Owner("runner", tmp_path, "hang", f"echo ready; exec sleep 300.{marker}9", env=_env("sweeps"))
     try:
         pid = int(runner.expect("RUNNER").split()[1])
         runner.expect("READY")
@@ -210,7 +235,7 @@ def test_the_tool_sees_no_credential_of_its_runner(tmp_path):
                "OMNIGENT_HOST_SECRET": "hs-" + "c9d0e1f2" * 4, "GITHUB_TOKEN": "ghp_" + "1a2b3c4d" * 4}
     (tmp_path / "leak.txt").write_text(secrets["GITHUB_TOKEN"])
     command = ("env; echo ---; tr '\\0' '\\n' < /proc/$PPID/environ; echo ---; cat leak.txt; echo; echo ready")
-    runner = _Owner("runner", tmp_path, "end", command, env={**os.environ, **secrets})
+    runner = _Owner("runner", tmp_path, "end", command, env={**_env("sweeps"), **secrets})  # reads its parent
     try:
         status, output = json.loads(runner.expect("OUTCOME").split(" ", 1)[1])
         assert status == "completed"

@@ -1,4 +1,8 @@
-"""The shell tool with a real bash: output, caps, exit codes, timeout, cancel, environment, redaction."""
+"""The shell tool with a real bash: output, caps, exit codes, timeout, cancel, environment, redaction.
+
+These run with PID namespaces turned off (`OMNIGENT_TOOL_PIDNS=0`), the path
+every machine has; the namespace's own behaviour is tested at the end.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,15 @@ import pytest
 import trio
 
 from omnigent.tools import ToolContext, run_tool, scrub_env, secret_values
+from omnigent.tools.shell import PIDNS_VAR, namespace_argv
+
+_HAS_PIDNS = bool(namespace_argv())
+
+
+@pytest.fixture(autouse=True)
+def _no_namespace(request, monkeypatch):
+    if "in_namespace" not in request.node.name:
+        monkeypatch.setenv(PIDNS_VAR, "0")
 
 SECRETS = {
     "OMNIGENT_RUNNER_TOKEN": "runner-token-0123456789abcdef",
@@ -135,3 +148,31 @@ async def test_running_tool_pids_is_the_keep_of_a_sweep(tmp_path):
         assert os.getpgid(pid) == pid  # its own group: what a sweep with keep= spares
         nursery.cancel_scope.cancel()
     assert running_tool_pids() == frozenset()
+
+
+@pytest.mark.skipif(not _HAS_PIDNS, reason="no user+PID namespaces here")
+async def test_in_namespace_a_setsid_grandchild_ends_with_its_command(tmp_path):
+    """The namespace's init is the bash: when it exits the kernel ends all that is left, no sweep needed."""
+    marker = f"300.{os.getpid()}77"
+    out, _ = await shell(tmp_path, f"setsid sleep {marker} >/dev/null 2>&1 < /dev/null & echo pid=$$ ppid=$PPID")
+    assert out.status == "completed" and "pid=1 ppid=0" in out.output  # init of its own namespace
+    with trio.fail_after(2):
+        while any(marker.encode() in _cmdline(pid) for pid in os.listdir("/proc") if pid.isdigit()):
+            await trio.sleep(0.02)
+
+
+@pytest.mark.skipif(not _HAS_PIDNS, reason="no user+PID namespaces here")
+async def test_in_namespace_exit_codes_timeouts_and_files_behave_as_without(tmp_path):
+    out, _ = await shell(tmp_path, "echo hi > f.txt; id -u; exit 4")
+    assert out.exit_code == 4 and out.output.splitlines()[0] == str(os.getuid())  # the same user inside
+    assert (tmp_path / "f.txt").read_text() == "hi\n" and (tmp_path / "f.txt").stat().st_uid == os.getuid()
+    slow, _ = await shell(tmp_path, "sleep 30", timeout=0.3)
+    assert slow.status == "timeout"
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
