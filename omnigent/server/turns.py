@@ -281,6 +281,10 @@ class TurnService:
             conn, frames = claimed
             self.hub.publish(session_id, ev.SESSION_STATUS, status="running", turn_id=turn_id)
             outcome = await self._follow(session_id, turn_id, conn, frames)
+            if outcome == "moved":  # rebound by hand while followed: the new binding runs it, at no loss
+                self.store.finish_turn(turn_id, "interrupted", error="the session was moved to another runner")
+                await self._run_turn(session_id, turn, losses)
+                return
             if outcome != "lost":
                 return
             losses.append(trio.current_time())
