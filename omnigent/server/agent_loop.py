@@ -411,9 +411,7 @@ class AgentLoop:
 
     def turn_items(self, session_id: str, turn_id: str) -> list[dict[str, Any]]:
         """The turn's own items (what its steps stored), in order."""
-        ids = {r[0] for r in self.store.conn.execute(
-            "SELECT id FROM conversation_items WHERE conversation_id = ? AND turn_id = ?", [session_id, turn_id])}
-        return [item for item in self.store.list_items(session_id) if item["id"] in ids]
+        return self.store.list_turn_items(session_id, turn_id)
 
     def _pending_calls(self, t: Any) -> list[dict[str, Any]]:
         """The turn's function calls without an output yet, in order."""
@@ -423,13 +421,7 @@ class AgentLoop:
 
     def history(self, t: LoopTurn) -> list[dict[str, Any]]:
         """The model's input for the next step: the conversation up to the turn's message, then its steps."""
-        items = self.store.list_items(t.session_id)
-        try:
-            return build_history(items, t.input_item_id, turn_id=t.turn_id)  # type: ignore[call-arg]
-        except TypeError:  # server/history.py before it took the turn's own items
-            mine = {i["id"] for i in self.turn_items(t.session_id, t.turn_id)}
-            upto = next((k for k, i in enumerate(items) if i["id"] == t.input_item_id), len(items) - 1)
-            return build_history(items[:upto + 1] + [i for i in items[upto + 1:] if i["id"] in mine], None)
+        return build_history(self.store.list_items(t.session_id), t.input_item_id, turn_id=t.turn_id)
 
     def _captured_output(self, t: Any, call_id: str) -> str:
         """What the tool streamed before its runner stopped: kept in memory, else read back from the log."""

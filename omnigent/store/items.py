@@ -155,6 +155,11 @@ class ItemsMixin(Tables):
             params.append(int(limit))
         return [_item(r) for r in self.conn.execute(sql, params)]
 
+    def list_turn_items(self, conv_id: str, turn_id: str) -> list[dict]:
+        """The items a turn's steps stored (its output), in position order, in wire form (one query)."""
+        return [_item(r) for r in self.conn.execute(
+            f"{_ITEM_SELECT} WHERE conversation_id = ? AND turn_id = ? ORDER BY position", [conv_id, turn_id])]
+
     def count_items(self, conv_id: str) -> int:
         return self._scalar("SELECT COUNT(*) FROM conversation_items WHERE conversation_id = ?", [conv_id])
 

@@ -283,3 +283,17 @@ def test_requeue_takes_the_retrying_clients_approval_timeout_or_keeps_the_turns(
     assert store.requeue_turn(tid, approval_timeout=0.0)["approval_timeout"] == 0.0  # retried from a pipe
     fresh = store.create_turn(conv["id"], turn["input_item_id"], approval_timeout=600.0)
     assert fresh["approval_timeout"] == 600.0
+
+
+def test_list_turn_items_is_that_turns_output_in_order(store: Store):
+    conv = store.create_conversation(agent_id=None, workspace="/w")
+    _, first = store.queue_message(conv["id"], user("one"))
+    store.finish_model_step(conv["id"], first["id"], 0, [call("c1")], None, USAGE)
+    store.finish_tool_step(conv["id"], first["id"], 1, "c1", "ok", "completed")
+    store.finish_model_step(conv["id"], first["id"], 2, [text("done")], None, USAGE)
+    _, second = store.queue_message(conv["id"], user("two"))
+    store.finish_model_step(conv["id"], second["id"], 0, [text("other")], None, USAGE)
+    mine = store.list_turn_items(conv["id"], first["id"])
+    assert [i["type"] for i in mine] == ["function_call", "function_call_output", "message"]
+    assert [i["type"] for i in store.list_turn_items(conv["id"], second["id"])] == ["message"]
+    assert store.list_turn_items(conv["id"], "turn_missing") == []
