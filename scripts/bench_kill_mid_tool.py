@@ -33,25 +33,19 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_run import import_floor, start_mock  # noqa: E402
+from bench_run import alive, import_floor, start_mock, tagged_pids  # noqa: E402
 
 AGENT = "name: killer\nprompt: Be brief.\nexecutor:\n  model: bench-kill\ntools: [shell]\n"
 
 
 def _tagged(tag: str) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes carrying `tag` in their environment."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in tagged_pids(tag):
         try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if tag.encode() not in f.read():
-                    continue
-            with open(f"/proc/{entry}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                found.append((int(entry), f.read().replace(b"\0", b" ").decode(errors="replace")))
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if alive(pid):
+                    found.append((pid, f.read().replace(b"\0", b" ").decode(errors="replace")))
         except OSError:
             continue
     return found

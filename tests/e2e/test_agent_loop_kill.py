@@ -20,31 +20,12 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
 
 from tests.conftest import configure_mock_llm, mock_requests
+from tests.e2e.test_run_oneshot import env  # noqa: F401  (fixture)
+from tests.e2e.test_run_oneshot import tagged_commands as _tagged
 
 RUN_TIMEOUT = 60
-
-
-def _tagged(tag: str) -> list[tuple[int, str]]:
-    """Live (non-zombie) processes whose environment carries `tag`: (pid, cmdline)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if tag.encode() not in f.read():
-                    continue
-            with open(f"/proc/{entry}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                found.append((int(entry), f.read().replace(b"\0", b" ").decode(errors="replace").strip()))
-        except OSError:
-            continue
-    return found
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -55,13 +36,6 @@ def _wait_for(predicate, timeout: float, what: str):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-@pytest.fixture
-def env(mock_credentials_env, tmp_path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir()
-    return {**mock_credentials_env, "HOME": str(home), "OMNIGENT_TEST_TAG": uuid.uuid4().hex}
 
 
 def test_sigkill_mid_shell_interrupts_the_call_kills_its_tree_and_answers_once(env, tmp_path, mock_llm_server_url):

@@ -22,6 +22,11 @@ RUN_TIMEOUT = 60
 
 def tagged_alive(tag: str) -> list[int]:
     """Live (non-zombie) processes whose environment carries this test's tag."""
+    return [pid for pid, _ in tagged_commands(tag)]
+
+
+def tagged_commands(tag: str) -> list[tuple[int, str]]:
+    """(pid, command line) of the live (non-zombie) processes whose environment carries this test's tag."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -31,8 +36,10 @@ def tagged_alive(tag: str) -> list[int]:
                 if tag.encode() not in f.read():
                     continue
             with open(f"/proc/{entry}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    found.append(int(entry))
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                found.append((int(entry), f.read().replace(b"\0", b" ").decode(errors="replace").strip()))
         except OSError:
             continue
     return found
