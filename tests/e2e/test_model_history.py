@@ -38,6 +38,7 @@ def sent_messages(body: dict) -> list[dict]:
     return out
 
 
+@pytest.mark.slow  # moved out of the default run to keep it under 5 minutes; .ci/run runs it
 @pytest.mark.parametrize("harness", ["openai-agents", "openai-chat"])
 def test_failed_dropped_retried_and_textless_turns_leave_a_conversation_every_server_accepts(
         env, tmp_path, mock_llm_server_url, harness):

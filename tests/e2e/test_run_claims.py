@@ -64,6 +64,7 @@ def procs():
         proc.communicate(timeout=RUN_TIMEOUT)
 
 
+@pytest.mark.slow  # moved out of the default run to keep it under 5 minutes; .ci/run runs it
 def test_four_concurrent_continue_runs_take_turns(env, tmp_path, mock_llm_server_url, procs):
     home = Path(env["HOME"])
     model = new_model()

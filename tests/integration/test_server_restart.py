@@ -65,6 +65,7 @@ def env(mock_credentials_env, tmp_path) -> dict[str, str]:
     return {**mock_credentials_env, "HOME": str(tmp_path / "home"), "OMNIGENT_ADOPT_GRACE": "20"}
 
 
+@pytest.mark.slow  # moved out of the default run to keep it under 5 minutes; .ci/run runs it
 def test_restart_the_server_mid_turn_the_runner_reconnects_and_the_turn_ends_once(
         env, tmp_path, mock_llm_server_url, monkeypatch):
     mock = mock_llm_server_url
@@ -121,6 +122,7 @@ def test_restart_the_server_mid_turn_the_runner_reconnects_and_the_turn_ends_onc
         stop(server)
 
 
+@pytest.mark.slow  # moved out of the default run to keep it under 5 minutes; .ci/run runs it
 def test_a_late_result_from_a_session_that_moved_on_is_refused(env, tmp_path, mock_llm_server_url, monkeypatch):
     """Runner A is frozen mid-turn across the restart; meanwhile the session moves to runner B and
     its turn runs again there. When A wakes and reconnects with its answer, it is told to cancel,

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from omnigent.store import MIGRATIONS, Store
 from omnigent.store.db import applied_migrations
 
@@ -91,6 +93,7 @@ def test_four_processes_append_concurrently(tmp_path: Path):
         assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+@pytest.mark.slow  # moved out of the default run to keep it under 5 minutes; .ci/run runs it
 def test_processes_opening_a_fresh_file_at_once(tmp_path: Path):
     rounds = 20
     start = time.time() + 0.75

@@ -24,7 +24,7 @@ from supervisor import Event, RestartPolicy
 from .checks import check_restart_timeline
 from .driver import Outcome, run_seed
 
-DEFAULT_SEEDS = int(os.environ.get("SIM_SEEDS", "100"))  # the slow pass runs thousands
+DEFAULT_SEEDS = int(os.environ.get("SIM_SEEDS", "40"))  # the slow pass runs thousands
 SLOW_SEEDS = 3000
 
 

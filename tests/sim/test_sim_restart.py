@@ -13,7 +13,7 @@ import pytest
 
 from .restart_sim import Outcome, run_seed
 
-DEFAULT_SEEDS = int(os.environ.get("SIM_RESTART_SEEDS", "40"))  # the slow pass runs 1,000
+DEFAULT_SEEDS = int(os.environ.get("SIM_RESTART_SEEDS", "20"))  # the slow pass runs 1,000
 SLOW_SEEDS = 1000
 
 
