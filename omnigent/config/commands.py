@@ -16,13 +16,16 @@ Imports click only; yaml is imported by the command that reads the file.
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from .file import ENV_OVERRIDES, KEYS, Config, ConfigError, check_value, config_path, is_secret, load_config
+if TYPE_CHECKING:
+    from .file import Config
+
+# `omnigent --help` imports this module: the file's module (and yaml) only when a command runs.
 
 _UNSET = {
     "model": "not set: the agent file's executor.model",
@@ -60,6 +63,8 @@ def get(key: str) -> None:
 @click.argument("value")
 def set_(key: str, value: str) -> None:
     """Store VALUE for KEY in the config file."""
+    from .file import check_value
+
     key = _known(key)
     base = Path.cwd() if key == "default_agent" else None
     try:
@@ -81,6 +86,8 @@ def unset(key: str) -> None:
 @config.command("list")
 def list_() -> None:
     """Show every key, its value and where it comes from."""
+    from .file import KEYS
+
     cfg = _load()
     rows = []
     for key in KEYS:
@@ -92,6 +99,8 @@ def list_() -> None:
 
 
 def _effective(cfg: Config, key: str) -> tuple[str | None, str]:
+    from .file import ENV_OVERRIDES
+
     var = ENV_OVERRIDES.get(key)
     env = (os.environ.get(var) or "").strip() if var else ""
     if var and env:
@@ -103,6 +112,10 @@ def _effective(cfg: Config, key: str) -> tuple[str | None, str]:
 
 
 def _known(key: str) -> str:
+    import difflib
+
+    from .file import KEYS, is_secret
+
     if key in KEYS:
         return key
     if is_secret(key):
@@ -115,6 +128,8 @@ def _known(key: str) -> str:
 
 
 def _load() -> Config:
+    from .file import ConfigError, load_config
+
     try:
         return load_config()
     except ConfigError as exc:
@@ -122,7 +137,7 @@ def _load() -> Config:
 
 
 def _write(key: str, value: str | None) -> None:
-    from .file import set_value
+    from .file import ConfigError, config_path, set_value
 
     try:
         set_value(config_path(), key, value)
