@@ -141,6 +141,7 @@ def run(ctx: click.Context, agent: Path | None, log: bool, **options: Any) -> No
     """
     from .launch import launch
 
+    # A new option is one decorator line above and one keyword parameter of `launch`.
     options["verbose"] = _verbose(ctx)
     launch(agent=agent, **options)
 

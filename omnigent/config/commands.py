@@ -1,4 +1,4 @@
-"""`omnigent config get|set|unset|list`: the config file without an editor.
+"""`omnigent config get|set|unset|list|path`: the config file without an editor.
 
 `set` checks the key and the value as a run would read them (a harness or a
 permission mode that does not exist is refused before anything is written),
@@ -81,6 +81,14 @@ def set_(key: str, value: str) -> None:
 def unset(key: str) -> None:
     """Remove KEY from the config file."""
     _write(_known(key), None)
+
+
+@config.command("path")
+def path() -> None:
+    """Print where the config file is (whether or not it exists yet)."""
+    from .file import config_path
+
+    click.echo(str(config_path()))
 
 
 @config.command("list")

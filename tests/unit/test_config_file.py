@@ -260,6 +260,7 @@ def test_config_commands(home):
     assert [line.split()[0] for line in listed] == list(cfgfile.KEYS)
     assert invoke("config", "unset", "model").exit_code == 0
     assert load_config().model is None
+    assert invoke("config", "path").output == f"{path}\n"
 
 
 @pytest.mark.parametrize(("args", "error"), [
