@@ -8,9 +8,10 @@ user does not collect thousands. Logs hold conversations' metadata, so the
 folders are 0700 and the files 0600 whatever the umask.
 
 `OMNIGENT_LOG_LEVEL` (DEBUG, INFO, WARNING, ERROR, CRITICAL or a number;
-default INFO) sets how much goes into them, in every process of a run (the
-children inherit it). The CLI checks it first (`log_level`): a bad value is
-a one-line error there, and only falls back to INFO in a child.
+default INFO) sets how much goes into the files opened here (the tree's log
+of `omnigent run` and `omnigent server`; runners write their stderr lines
+whatever it says). The CLI checks it first (`log_level`): a bad value is a
+one-line error there; `open_log` falls back to INFO rather than fail.
 """
 
 from __future__ import annotations
