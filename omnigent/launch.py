@@ -42,8 +42,11 @@ def permission_plan(flag: str | None, spec_mode: str, ceiling: str | None, *,
     and the host's) never exceeds it. Locally it is the in-process host's
     policy, which the server and the runner both enforce. With `--server` the
     daemon's policy is its own, so the ceiling goes into the session's mode
-    instead, combined with what the flag or else the agent asked for.
-    Without a ceiling the flag alone decides, as before.
+    instead, combined with what the flag or else the agent asked for. (So a
+    resumed remote session's own earlier mode is replaced by that: never above
+    the ceiling, possibly looser than a stricter mode it had; the front end
+    would have to read the session first to do better.) Without a ceiling
+    the flag alone decides, as before.
     """
     from .tools.policy import strictest
 
