@@ -1,7 +1,11 @@
-"""The `omnigent` command line: run, server, mock-llm.
+"""The `omnigent` command line: the group, its commands' options, and `main`.
 
 Only click is imported at module level; everything heavy is imported by the
 command that needs it, so `omnigent --help` and error paths stay instant.
+What `run` does once its options are parsed is `omnigent.launch`; the
+`config` group is `omnigent.config.commands`. The underscored helpers here
+(`_bundle`, `_start_cli_runner_process`, `_stop_cli_runner_process`) are the
+original's names, imported by the seeds: they stay in this module.
 """
 
 from __future__ import annotations
@@ -12,16 +16,19 @@ mark("cli.start")  # before click: the timeline's first point of a run
 
 import os  # noqa: E402
 import sys  # noqa: E402
-from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import click  # noqa: E402
 
-NO_ENDPOINT = (
-    "no model endpoint configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for any "
-    "OpenAI-compatible server), or try offline: `omnigent mock-llm --port 8765 &` then "
-    "OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=mock"
-)
+from .config.commands import config as _config_group  # noqa: E402
+
+
+def _check_server_url(url: str) -> str:
+    """An http(s) URL with a host, without its trailing slash (one ClickException line if not)."""
+    from .launch import check_server_url
+
+    return check_server_url(url)
 
 
 def _bundle(source: Path) -> bytes:
@@ -54,13 +61,53 @@ def _stop_cli_runner_process(proc, *, grace_timeout: float = 5.0) -> int:
     return stop(proc, grace_timeout=grace_timeout)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
-    """Run AI agents defined in YAML, supervised and self-healing."""
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("omnigent")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        number = "unknown"
+    click.echo(f"omnigent {number}")
+    ctx.exit(0)
 
 
-@cli.command()
-@click.argument("agent", type=click.Path(path_type=Path))
+def _verbose(ctx: click.Context) -> bool:
+    """`-v` given to this command or to `omnigent` itself."""
+    return any(c.params.get("verbose") for c in (ctx, ctx.find_root()))
+
+
+@click.group(invoke_without_command=True, no_args_is_help=False,
+             context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Print `omnigent <version>` and exit.")
+@click.option("-v", "--verbose", is_flag=True, help="Say more on stderr (config warnings, ids).")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
+    """Run AI agents defined in YAML, supervised and self-healing.
+
+    Settings: the config file ($OMNIGENT_CONFIG_HOME/config.yaml, else
+    ~/.omnigent/config.yaml; see `omnigent config list`), OMNIGENT_LOG_LEVEL
+    for the log files, OPENAI_API_KEY/OPENAI_BASE_URL for the model endpoint.
+    """
+    if ctx.invoked_subcommand is None:  # a bare `omnigent`: the help, and success (click says 2)
+        click.echo(ctx.get_help())
+        ctx.exit(0)
+    from .config.logs import log_level
+
+    try:
+        log_level()  # every process of a run reads it; a bad value is said here, once
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@cli.command(epilog="The model endpoint is OPENAI_BASE_URL (any OpenAI-compatible server; default "
+                    "OpenAI's) with the key OPENAI_API_KEY, unless the agent's executor.auth names "
+                    "others. OMNIGENT_MODEL and OMNIGENT_HARNESS override the agent file; the config "
+                    "file's model and harness fill in what it leaves out.")
+@click.argument("agent", required=False, type=click.Path(path_type=Path))
 @click.option("--model", help="Model name, passed to the endpoint exactly as given.")
 @click.option("--harness", help="openai-agents (Responses API) or openai-chat (Chat Completions).")
 @click.option("--system-prompt", help="Replace the agent's prompt.")
@@ -71,143 +118,35 @@ def cli() -> None:
               help="Continue the most recent conversation of this agent.")
 @click.option("--no-session", is_flag=True,
               help="Keep nothing: store, logs and input history go to a temporary directory removed at exit.")
-@click.option("--log/--no-log", default=False, help="Accepted for compatibility; logs always go to files.")
+@click.option("--log/--no-log", default=False, hidden=True, help="Accepted for compatibility; does nothing.")
 @click.option("--server", "server_url", metavar="URL",
               help="Use the omnigent server at URL; runners come from this HOME's host daemon for it.")
 @click.option("--token", envvar="OMNIGENT_REMOTE_AUTH_TOKEN", metavar="TOKEN",
               help="Bearer token for --server (default: $OMNIGENT_REMOTE_AUTH_TOKEN).")
 @click.option("--permission-mode", type=click.Choice(["ask", "auto", "deny"]), default=None,
               help="Side-effecting tools (shell, write_file, edit_file): ask first, run, or refuse. "
-                   "Overrides the agent's `permissions`; with --server, the host's "
-                   "`omnigent host --permissions` still caps it.")
+                   "Overrides the agent's `permissions`; the config file's `permissions` and, with "
+                   "--server, the host's `omnigent host --permissions` still cap it.")
 @click.option("--output-format", type=click.Choice(["text", "json", "stream-json"]), default=None,
               help="With -p: the answer as text, one JSON object, or JSON lines as it happens.")
-def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_latest, no_session, log,
-        server_url, token, permission_mode, output_format) -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Say more on stderr (with -p: the conversation id).")
+@click.pass_context
+def run(ctx: click.Context, agent: Path | None, log: bool, **options: Any) -> None:
     """Chat with AGENT (a YAML file or directory) in a REPL, or answer one prompt with -p.
 
-    With -p, stdin that is a pipe or a file is sent too, as context before
-    the prompt (`git diff | omnigent run reviewer.yaml -p "review this"`);
-    `-p -` reads the prompt itself from stdin.
+    Without AGENT, the config file's default_agent. With -p, stdin that is
+    a pipe or a file is sent too, as context before the prompt
+    (`git diff | omnigent run reviewer.yaml -p "review this"`); `-p -`
+    reads the prompt itself from stdin.
     """
-    from .agents import SpecError, bundle_from_spec, load_spec, resolve_auth
+    from .launch import launch
 
-    if output_format is not None and prompt is None:
-        raise click.ClickException("--output-format applies to -p only (the REPL prints text)")
-    stdin = None
-    if prompt == "-":
-        from .repl.stdin import StdinError, read_prompt
+    # A new option is one decorator line above and one keyword parameter of `launch`.
+    options["verbose"] = _verbose(ctx)
+    launch(agent=agent, **options)
 
-        try:
-            prompt = read_prompt()
-        except StdinError as exc:
-            raise click.ClickException(str(exc)) from None
-    elif prompt is not None:
-        from .repl.stdin import StdinContext, StdinError, kind, timeout_from_env
 
-        if kind(0) is not None:
-            try:
-                stdin = StdinContext(timeout=timeout_from_env())
-            except StdinError as exc:
-                raise click.ClickException(str(exc)) from None
-    if prompt is not None:
-        _check_prompt(prompt)
-    if server_url is not None:
-        if no_session:
-            raise click.ClickException("--no-session is not supported with --server; the uploaded agent "
-                                       "is already scoped to the CLI session.")
-        server_url = _check_server_url(server_url)
-
-    try:
-        spec = load_spec(agent, model=model, harness=harness, system_prompt=system_prompt)
-        auth = resolve_auth(spec, os.environ)
-    except SpecError as exc:
-        raise click.ClickException(str(exc)) from None
-    if not auth.get("api_key") and not auth.get("base_url"):
-        raise click.ClickException(NO_ENDPOINT)
-    from .config.tuning import tuning_from_env
-
-    from .runner.retry import policy_from_env
-
-    try:
-        tuning = tuning_from_env()
-        policy_from_env()  # the runners read it per turn; a bad value is said here, once
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-    if no_session and (resume or resume_latest):
-        raise click.ClickException("--no-session cannot be combined with --resume or --continue")
-
-    from .repl.options import FrontOptions
-
-    import trio
-
-    spare_gate = trio.Event()  # the REPL's warm spare starts once it is set (see tree.local)
-    options = FrontOptions(
-        agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
-        resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
-        idle=spare_gate.set, permission_mode=permission_mode, output_format=output_format or "text",
-        stdin=stdin,
-    )
-
-    def started(run):  # the stdin wait counts from the start of the run: it overlaps start-up
-        async def main():
-            if stdin is not None:
-                stdin.started = trio.current_time()
-            return await run()
-
-        return main
-
-    if server_url is not None:
-        from .tree.remote import run_remote
-
-        sys.exit(trio.run(started(partial(run_remote, options, server_url=server_url, token=token,
-                                          auth=auth))))
-
-    from .tree.local import run_tree
-
-    def make_front():
-        from .repl.front import Front  # once the runner is launched: it pulls in the HTTP client
-
-        return Front(options).run
-
-    tmp = None
-    if no_session:
-        import tempfile
-
-        # Everything that follows the data dir (store, logs, input history) goes
-        # here and is removed at exit: nothing is written under HOME.
-        try:
-            tmp = Path(tempfile.mkdtemp(prefix="omnigent-chat-"))
-        except OSError as exc:
-            raise click.ClickException(f"cannot create a temporary directory: "
-                                       f"{tempfile.gettempdir()}: {exc.strerror or exc}") from None
-        os.environ["OMNIGENT_DATA_DIR"] = str(tmp)
-    from .store import StoreError, default_db_path
-
-    db_path = default_db_path()
-
-    try:
-        # The REPL owns Ctrl-C (it cancels a turn); -p leaves it to the tree: exit 130.
-        # The REPL keeps a warm spare runner (~50 MiB) so a crash costs ~0.1 s, not ~0.8 s;
-        # it starts once the first turn is done or the REPL waits at a terminal prompt.
-        one_shot = prompt is not None
-        extra = {}
-        if permission_mode is not None:  # the local host's policy: a flag on the machine that runs the tools
-            import inspect
-
-            if "permission_mode" in inspect.signature(run_tree).parameters:
-                extra["permission_mode"] = permission_mode
-        code = trio.run(started(partial(run_tree, db_path, make_front, handle_sigint=one_shot, runners=1,
-                                        spares=0 if one_shot else 1, spare_gate=spare_gate, tuning=tuning,
-                                        **extra)))
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        if tmp is not None:
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
-    sys.exit(code)
+cli.add_command(_config_group)
 
 
 @cli.command()
@@ -364,28 +303,6 @@ def _database_path(uri: str) -> Path:
     if path == ":memory:":
         raise click.ClickException("--database-uri: an in-memory store keeps nothing; give a file path")
     return Path(path).expanduser().absolute()
-
-
-def _check_server_url(url: str) -> str:
-    """An http(s) URL with a host, without its trailing slash."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise click.ClickException(f"--server: expected an http(s)://HOST[:PORT] URL, not {url!r}")
-    return url.strip().rstrip("/")
-
-
-def _check_prompt(prompt: str) -> None:
-    """A `-p` text the model can be sent: UTF-8, not empty (checked before anything starts)."""
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as exc:  # argv bytes that are not UTF-8 arrive as lone surrogates
-        bad = prompt[exc.start].encode("utf-8", "surrogateescape")
-        raise click.ClickException(
-            f"the prompt is not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start + 1})") from None
-    if not prompt.strip():
-        raise click.ClickException("empty prompt")
 
 
 def main() -> None:

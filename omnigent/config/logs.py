@@ -6,6 +6,12 @@ temporary directory), one file per process; the host daemon's stay under
 `$HOME/.omnigent/logs/` (`host_logs_dir`). Old files are pruned so a daily
 user does not collect thousands. Logs hold conversations' metadata, so the
 folders are 0700 and the files 0600 whatever the umask.
+
+`OMNIGENT_LOG_LEVEL` (DEBUG, INFO, WARNING, ERROR, CRITICAL or a number;
+default INFO) sets how much goes into the files opened here (the tree's log
+of `omnigent run` and `omnigent server`; runners write their stderr lines
+whatever it says). The CLI checks it first (`log_level`): a bad value is a
+one-line error there; `open_log` falls back to INFO rather than fail.
 """
 
 from __future__ import annotations
@@ -13,11 +19,27 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from .dirs import DiskError, check_free_space, data_dir, home_dir, private_dir, private_file
 
 KEEP = 30
+LEVEL_ENV = "OMNIGENT_LOG_LEVEL"
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(environ: Mapping[str, str] = os.environ) -> int:
+    """The level `OMNIGENT_LOG_LEVEL` asks for (INFO when unset); ValueError, one line, if bad."""
+    raw = (environ.get(LEVEL_ENV) or "").strip()
+    if not raw:
+        return logging.INFO
+    if raw.upper() in _LEVELS:
+        level: int = getattr(logging, raw.upper())
+        return level
+    if raw.isdigit():
+        return int(raw)
+    raise ValueError(f"{LEVEL_ENV} must be one of {', '.join(_LEVELS)} or a number, not {raw!r}")
 
 
 def logs_dir() -> Path:
@@ -56,7 +78,10 @@ def open_log(kind: str, root: Path | None = None) -> logging.Handler:
     prune(folder)
     root_logger = logging.getLogger()
     root_logger.addHandler(handler)
-    root_logger.setLevel(logging.INFO)
+    try:
+        root_logger.setLevel(log_level())
+    except ValueError:  # said by the CLI that started this process; a child keeps the default
+        root_logger.setLevel(logging.INFO)
     return handler
 
 

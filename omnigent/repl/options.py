@@ -36,6 +36,8 @@ class FrontOptions:
     # -p only: text | json | stream-json (see `repl.output`), and stdin to read as context
     output_format: str = "text"
     stdin: Any = None  # a `repl.stdin.StdinContext`, or None when stdin is not to be read
+    # -v/--verbose (on `omnigent` or on `run`): say more on stderr (with -p, the conversation id)
+    verbose: bool = False
 
     def created_fields(self) -> dict[str, Any]:
         """The metadata of a session this run creates: the workspace, --server's fields, the mode."""
