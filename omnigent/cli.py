@@ -82,8 +82,10 @@ def cli() -> None:
                    "`omnigent host --permissions` still caps it.")
 @click.option("--output-format", type=click.Choice(["text", "json", "stream-json"]), default=None,
               help="With -p: the answer as text, one JSON object, or JSON lines as it happens.")
+@click.option("--fork", "fork", metavar="ID", help="Copy conversation ID and open the REPL on the copy (ID stays as it was).")
+@click.option("--name", "title", metavar="NAME", help="Name the conversation this run creates (or the fork).")
 def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_latest, no_session, log,
-        server_url, token, permission_mode, output_format) -> None:
+        server_url, token, permission_mode, output_format, fork, title) -> None:
     """Chat with AGENT (a YAML file or directory) in a REPL, or answer one prompt with -p.
 
     With -p, stdin that is a pipe or a file is sent too, as context before
@@ -94,6 +96,13 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
 
     if output_format is not None and prompt is None:
         raise click.ClickException("--output-format applies to -p only (the REPL prints text)")
+    if fork is not None:  # sessions-cli: the original's refusals (reference §1.2)
+        if prompt is not None:
+            raise click.ClickException("--fork requires interactive REPL mode; remove -p/--prompt.")
+        if resume or resume_latest or no_session:
+            raise click.ClickException("--fork cannot be combined with --resume, --continue or --no-session")
+    if title is not None and not title.strip():
+        raise click.ClickException("--name cannot be empty")
     stdin = None
     if prompt == "-":
         from .repl.stdin import StdinError, read_prompt
@@ -146,7 +155,7 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
         resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
         idle=spare_gate.set, permission_mode=permission_mode, output_format=output_format or "text",
-        stdin=stdin,
+        stdin=stdin, fork=fork, title=" ".join(title.split()) if title is not None else None,
     )
 
     def started(run):  # the stdin wait counts from the start of the run: it overlaps start-up
@@ -352,6 +361,11 @@ def mock_llm(host: str, port: int) -> None:
         serve_mock(host, port)
     except ListenError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+from .catalog.commands import sessions as _sessions  # noqa: E402  (only click: --help stays instant)
+
+cli.add_command(_sessions)
 
 
 def _database_path(uri: str) -> Path:
