@@ -51,7 +51,10 @@ class LocalCatalog:
         if query is None:
             rows = store.list_conversations(agent_name=agent, limit=limit, sort_by="updated_at")
         else:
-            rows = store.search_conversations(query, agent_name=agent, limit=limit or 1_000_000)
+            try:
+                rows = store.search_conversations(query, agent_name=agent, limit=limit or 1_000_000)
+            except ValueError as exc:  # nothing left to search for (an empty query, say)
+                raise CatalogError(f"-q: {exc}") from None
             if store.search_mode == "like":
                 self.note = store.search_note
         return [public_row(r) for r in rows]
