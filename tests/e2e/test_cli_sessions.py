@@ -13,9 +13,9 @@ import stat
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.conftest import configure_mock_llm, mock_requests
@@ -39,7 +39,7 @@ def _agent(tmp_path: Path, model: str) -> Path:
 
 
 def omnigent(env: dict[str, str], *args: object, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "omnigent", *map(str, args)], env=env, input=stdin,
+    return subprocess.run([sys.executable, "-m", "omnigent", *map(str, args)], env=env, input=stdin, check=False,
                           capture_output=True, text=True, timeout=TIMEOUT)
 
 
@@ -147,7 +147,26 @@ def test_fork_then_run_fork_answers_on_the_copy_and_the_source_stays(env, tmp_pa
     assert "on the fork" not in _ok(sessions(env, "show", source["id"]))
 
 
-async def test_rm_through_a_server_cancels_the_running_turn(env, tmp_path, mock_llm_server_url):
+@pytest.fixture
+def served(env) -> Iterator[str]:
+    """`omnigent server --token` on this test's HOME: its URL; stopped (and checked gone) after."""
+    server = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "1", "--token", "s3cret"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert "listening on " in line, server.stderr.read()
+        yield line.split("listening on ")[1].split()[0]
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    assert tagged_alive(env["OMNIGENT_TEST_TAG"]) == []
+
+
+async def test_rm_through_a_server_cancels_the_running_turn(env, served, tmp_path, mock_llm_server_url):
     import trio
 
     from omnigent.agents import bundle_bytes
@@ -161,12 +180,8 @@ async def test_rm_through_a_server_cancels_the_running_turn(env, tmp_path, mock_
         return await trio.run_process([sys.executable, "-m", "omnigent", "sessions", *map(str, args)], env=environ,
                                       capture_stdout=True, capture_stderr=True, check=False)
 
-    server = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "1", "--token", "s3cret"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = served
     try:
-        line = server.stdout.readline()
-        assert "listening on " in line, server.stderr.read()
-        url = line.split("listening on ")[1].split()[0]
         async with OmnigentClient(url, token="s3cret") as client:
             session = await client.create_session(bundle_bytes(_agent(tmp_path, model)), title="doomed")
             stream = client.sessions.stream(session["id"], heartbeats=True, reconnect=False)
@@ -191,13 +206,7 @@ async def test_rm_through_a_server_cancels_the_running_turn(env, tmp_path, mock_
         no_token = {k: v for k, v in env.items() if k != "OMNIGENT_REMOTE_AUTH_TOKEN"}
         denied = await cli("list", "--server", url, environ=no_token)
         assert denied.returncode == 1 and len(denied.stderr.splitlines()) == 1
-        assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+        async with OmnigentClient(url, token="s3cret") as client:
+            assert (await client.health())["status"] == "ok"  # it answered everything, and still does
     finally:
         release_gates(mock_llm_server_url)
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-    assert tagged_alive(env["OMNIGENT_TEST_TAG"]) == []
