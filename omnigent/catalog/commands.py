@@ -64,8 +64,9 @@ def _single_line(value: str, what: str) -> str:
     return value
 
 
-@click.group("sessions", context_settings={"help_option_names": ["-h", "--help"]})
-def sessions() -> None:
+@click.group("sessions", invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.pass_context
+def sessions(ctx: click.Context) -> None:
     """Find, read, export, name, fork and remove conversations.
 
     \b
@@ -77,11 +78,13 @@ def sessions() -> None:
     Without --server these act on the local store ($OMNIGENT_DATA_DIR/chat.db,
     else ~/.omnigent/chat.db) directly; no server or runner is started.
     """
+    if ctx.invoked_subcommand is None:  # a bare `omnigent sessions` is a question: the help, exit 0
+        click.echo(ctx.get_help())
 
 
 @sessions.command("list")
 @click.option("--agent", metavar="NAME", help="Only the sessions of this agent (its YAML `name`).")
-@click.option("-n", "--limit", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("-n", "--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N",
               help="At most this many, most recently active first (0: all).")
 @click.option("-q", "--query", metavar="TEXT", help="Only the sessions whose messages match TEXT (full-text search).")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array instead of a table.")

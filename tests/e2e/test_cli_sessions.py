@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pexpect
 import pytest
 
 from tests.conftest import configure_mock_llm, mock_requests
@@ -98,7 +99,17 @@ def test_list_show_export_rename_rm_on_the_store_run_made(env, tmp_path, mock_ll
 
     refused = _one_error(sessions(env, "rm", trip))  # stdin is a pipe: nobody to ask
     assert "--yes" in refused and trip in {r["id"] for r in _listed(env)}
-    assert _ok(sessions(env, "rm", trip, "--yes")) == f"Deleted {trip}\n"
+    for answer, code in (("n", 1), ("y", 0)):  # on a terminal it asks first
+        child = pexpect.spawn(sys.executable, ["-m", "omnigent", "sessions", "rm", trip], env=env,
+                              encoding="utf-8", timeout=TIMEOUT)
+        try:
+            child.expect_exact(f"Delete session {trip} ('Lisbon trip', 2 messages)? [y/N]: ")
+            child.sendline(answer)
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        assert child.exitstatus == code, child.before
+        assert (f"Deleted {trip}" in child.before) == (answer == "y")
     assert [r["id"] for r in _listed(env)] == [packing]
     for command in (("show", trip), ("rm", trip, "--yes"), ("fork", trip)):
         assert "omnigent sessions list" in _one_error(sessions(env, *command))
