@@ -72,8 +72,16 @@ class LocalCatalog:
     def delete(self, session_id: str) -> None:
         from ..store import NotFoundError
 
-        try:  # a running or queued turn is marked cancelled first, by the store
-            self._require(session_id).delete_conversation(session_id)
+        store = self._require(session_id)
+        pid = _live_turn_owner(store, session_id)
+        if pid is not None:
+            # That process's dispatcher cannot be told from here, and deleting under it fails
+            # its turn mid-flight; through its API (`--server`) the turn is cancelled first.
+            raise CatalogError(f"session {session_id} has a turn in progress in omnigent process {pid}: "
+                               f"stop it there (Ctrl-C) or let it end, then rm again; or rm it with "
+                               f"--server URL of that server, which cancels the turn first")
+        try:  # a turn left running or queued by a process that is gone is marked cancelled first, by the store
+            store.delete_conversation(session_id)
         except NotFoundError:  # removed by someone else meanwhile
             raise UnknownSession(session_id) from None
 
@@ -93,3 +101,22 @@ class LocalCatalog:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+_OPEN = ("queued", "running", "waiting")
+
+
+def _live_turn_owner(store: Store, session_id: str) -> int | None:
+    """The pid of another live omnigent process that runs (or will run) a turn of this session."""
+    import os
+
+    from ..store.owners import owner_alive
+
+    claim = store.claim_of(session_id)
+    if claim is not None and claim["live"] and claim["owner_pid"] != os.getpid():
+        return int(claim["owner_pid"])
+    for turn in store.list_turns(session_id):
+        pid = turn.get("owner_pid")
+        if turn["status"] in _OPEN and pid and pid != os.getpid() and owner_alive(int(pid), ""):
+            return int(pid)
+    return None
