@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from omnigent.store import MIGRATIONS, Store  # noqa: E402
-from omnigent.store import search as store_search  # noqa: E402
+from omnigent.store import MIGRATIONS, Store
+from omnigent.store import search as store_search
 
 
 def build(path: Path, messages: int) -> None:
@@ -73,8 +73,8 @@ def main() -> None:
         for run in range(args.runs):
             path = Path(tmp) / f"run{run}.db"
             shutil.copy(base, path)
-            upgrade.append(timed(lambda: Store(path).close()))
-            floor.append(timed(lambda: Store(path).close()))
+            upgrade.append(timed(lambda p=path: Store(p).close()))
+            floor.append(timed(lambda p=path: Store(p).close()))
             with Store(path) as store:
                 fts.append(timed(lambda: store.search_conversations("word42 word43")))
                 store._search_mode = store_search.MODE_LIKE
