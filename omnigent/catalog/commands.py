@@ -205,8 +205,9 @@ def remove(session_id: str, yes: bool, server_url: str | None, token: str | None
 
 @sessions.command("fork")
 @click.argument("session_id", metavar="ID")
-@click.option("--at", "at", metavar="ITEM_ID",
-              help="Copy the history up to and including this item (ids: `show ID --json`); default: all of it.")
+@click.option("--at", "at", metavar="RESPONSE_ID",
+              help="Copy the history up to and including this response, or this item (both ids are in "
+                   "`show ID --json`); default: all of it.")
 @click.option("--name", metavar="NAME", help="The fork's name (default: the source's name plus \" (fork)\").")
 @_where
 def fork(session_id: str, at: str | None, name: str | None, server_url: str | None, token: str | None) -> None:

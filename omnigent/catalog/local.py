@@ -94,7 +94,7 @@ class LocalCatalog:
         except NotFoundError:
             if store.get_conversation(session_id) is None:
                 raise UnknownSession(session_id) from None
-            raise CatalogError(f"no item {at!r} in session {session_id!r} "
+            raise CatalogError(f"no response or item {at!r} in session {session_id!r} "
                                f"(`omnigent sessions show {session_id} --json` lists its item ids)") from None
 
     def close(self) -> None:

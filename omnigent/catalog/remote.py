@@ -93,7 +93,7 @@ class RemoteCatalog:
             self._call(exists, session_id)  # an unknown session says so; else the item was unknown
             if at is None:
                 raise
-            raise CatalogError(f"no item {at!r} in session {session_id!r} "
+            raise CatalogError(f"no response or item {at!r} in session {session_id!r} "
                                f"(`omnigent sessions show {session_id} --json` lists its item ids)") from None
 
     def close(self) -> None:
