@@ -95,7 +95,7 @@ def list_sessions(agent: str | None, limit: int, query: str | None, as_json: boo
     if query is not None and not query.strip():
         raise click.ClickException("-q: the search text is empty")
     with _catalog(server_url, token) as catalog:
-        rows = catalog.list(agent=agent, limit=limit or None, query=query)
+        rows = catalog.list_sessions(agent=agent, limit=limit or None, query=query)
     if catalog.note:
         click.echo(catalog.note, err=True)
     if as_json:

@@ -44,7 +44,7 @@ class LocalCatalog:
             raise UnknownSession(session_id)
         return store
 
-    def list(self, *, agent: str | None, limit: int | None, query: str | None) -> list[dict[str, Any]]:
+    def list_sessions(self, *, agent: str | None, limit: int | None, query: str | None) -> list[dict[str, Any]]:
         store = self._open()
         if store is None:
             return []

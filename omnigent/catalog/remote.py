@@ -47,7 +47,7 @@ class RemoteCatalog:
         except OmnigentError as exc:
             raise CatalogError(str(exc)) from None
 
-    def list(self, *, agent: str | None, limit: int | None, query: str | None) -> list[dict[str, Any]]:
+    def list_sessions(self, *, agent: str | None, limit: int | None, query: str | None) -> list[dict[str, Any]]:
         async def fetch(client: OmnigentClient) -> list[Any]:
             extra = {"search_query": query} if query is not None else {}
             return await client.sessions.list(limit=min(limit or MAX_LIMIT, MAX_LIMIT), agent_name=agent,

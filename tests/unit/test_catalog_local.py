@@ -15,7 +15,7 @@ from omnigent.store import Store
 
 def test_a_missing_store_is_empty_and_stays_missing(tmp_path):
     catalog = LocalCatalog(tmp_path / "chat.db")
-    assert catalog.list(agent=None, limit=20, query=None) == []
+    assert catalog.list_sessions(agent=None, limit=20, query=None) == []
     with pytest.raises(UnknownSession, match="omnigent sessions list"):
         catalog.session("conv_x")
     assert not (tmp_path / "chat.db").exists()
