@@ -56,17 +56,6 @@ def public_row(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def open_catalog(server_url: str | None, token: str | None) -> Catalog:
-    """The local store (no `server_url`) or the server at `server_url`, with `token` if given."""
-    if server_url is None:
-        from .local import LocalCatalog
-
-        return LocalCatalog()
-    from .remote import RemoteCatalog
-
-    return RemoteCatalog(check_server_url(server_url), token=token)
-
-
 def check_server_url(url: str) -> str:
     """An http(s) URL with a host, without its trailing slash (as `run --server` takes it)."""
     from urllib.parse import urlsplit

@@ -33,10 +33,18 @@ def _where(fn: _F) -> _F:
 
 @contextmanager
 def _catalog(server_url: str | None, token: str | None) -> Iterator[Catalog]:
-    from .backend import CatalogError, open_catalog
+    from .backend import CatalogError, check_server_url
 
     try:
-        catalog = open_catalog(server_url, token)
+        catalog: Catalog
+        if server_url is None:  # the store file, directly
+            from .local import LocalCatalog
+
+            catalog = LocalCatalog()
+        else:
+            from .remote import RemoteCatalog
+
+            catalog = RemoteCatalog(check_server_url(server_url), token=token)
         try:
             yield catalog
         finally:
