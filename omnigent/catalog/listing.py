@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..repl.safe import neutralise
-from ._table import clip, format_table
+
+# the stand-in for repl/table.py until the output helper's lands (see _table.py): at merge this
+# line becomes `from ..repl.table import clip, display_width, format_table`
+from ._table import clip, display_width, format_table
+
+__all__ = ["age", "display_width", "format_table", "table"]
 
 NAME_WIDTH = 40  # the name column when a search's match follows it
 

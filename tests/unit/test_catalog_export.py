@@ -6,9 +6,8 @@ import json
 import re
 
 from omnigent.catalog import export
-from omnigent.catalog._table import display_width, format_table
 from omnigent.catalog.backend import public_row
-from omnigent.catalog.listing import table
+from omnigent.catalog.listing import display_width, format_table, table
 
 SESSION = public_row({"id": "conv_1", "title": "Plan a trip", "agent_name": "planner", "created_at": 1_700_000_000.0,
                       "updated_at": 1_700_000_060.0, "message_count": 2, "item_count": 4, "forked_from": "conv_0",
