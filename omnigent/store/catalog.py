@@ -30,7 +30,7 @@ from .search import (
     MODE_LIKE,
     ROWS_TABLE,
     excerpt,
-    fts5_forced_off,
+    fts5_available,
     fts_query,
     has_index,
     like_pattern,
@@ -56,7 +56,8 @@ class CatalogMixin(Tables):
     def search_mode(self) -> str:
         """"fts5" when this store has its full-text index (and it is not switched off), else "like"."""
         if self._search_mode is None:
-            self._search_mode = MODE_FTS5 if has_index(self.conn) and not fts5_forced_off() else MODE_LIKE
+            # the table alone is not enough: a Python without FTS5 may open a file that has one
+            self._search_mode = MODE_FTS5 if has_index(self.conn) and fts5_available(self.conn) else MODE_LIKE
         return self._search_mode
 
     @property
