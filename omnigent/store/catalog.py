@@ -239,11 +239,12 @@ class CatalogMixin(Tables):
             self.db.execute("DELETE FROM conversations WHERE id = ?", [conv_id])
 
     def _conversation_tables(self) -> list[str]:
-        """Every ordinary table with a `conversation_id` column (but the items, done first)."""
+        """Every ordinary table with a `conversation_id` column, but the items (done first) and
+        the search index's map (its rows follow the items: the triggers, or `search.reconcile`)."""
         tables = [r[0] for r in self.conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%' "
             "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-        return [t for t in tables if t != "conversation_items"
+        return [t for t in tables if t not in ("conversation_items", ROWS_TABLE)
                 and any(col[1] == "conversation_id" for col in self.conn.execute(f'PRAGMA table_info("{t}")'))]
 
 
