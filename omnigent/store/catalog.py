@@ -30,7 +30,7 @@ from .search import (
     MODE_LIKE,
     ROWS_TABLE,
     excerpt,
-    fts5_forced_off,
+    fts5_available,
     fts_query,
     has_index,
     like_pattern,
@@ -56,7 +56,8 @@ class CatalogMixin(Tables):
     def search_mode(self) -> str:
         """"fts5" when this store has its full-text index (and it is not switched off), else "like"."""
         if self._search_mode is None:
-            self._search_mode = MODE_FTS5 if has_index(self.conn) and not fts5_forced_off() else MODE_LIKE
+            # the table alone is not enough: a Python without FTS5 may open a file that has one
+            self._search_mode = MODE_FTS5 if has_index(self.conn) and fts5_available(self.conn) else MODE_LIKE
         return self._search_mode
 
     @property
@@ -238,11 +239,12 @@ class CatalogMixin(Tables):
             self.db.execute("DELETE FROM conversations WHERE id = ?", [conv_id])
 
     def _conversation_tables(self) -> list[str]:
-        """Every ordinary table with a `conversation_id` column (but the items, done first)."""
+        """Every ordinary table with a `conversation_id` column, but the items (done first) and
+        the search index's map (its rows follow the items: the triggers, or `search.reconcile`)."""
         tables = [r[0] for r in self.conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%' "
             "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-        return [t for t in tables if t != "conversation_items"
+        return [t for t in tables if t not in ("conversation_items", ROWS_TABLE)
                 and any(col[1] == "conversation_id" for col in self.conn.execute(f'PRAGMA table_info("{t}")'))]
 
 

@@ -19,9 +19,11 @@ is an operator: `AND`, `OR`, `NOT`, `*`, `-x`, `col:` and quotes inside a word a
 text. A word without a letter or digit (`*`, `--`) is left out of the FTS query; a
 query of only such words is matched as a substring (`LIKE`).
 
-Without FTS5 in the local SQLite (or with `OMNIGENT_NO_FTS5=1`), 0010 is recorded
-with no table and search matches every word as a substring (`LIKE`), which is
-slower (a scan of every message) and prints `LIKE_NOTE` once.
+Without FTS5 in the local SQLite (or with `OMNIGENT_NO_FTS5=1`, for tests), 0010 is
+recorded with no table and search matches every word as a substring (`LIKE`): a scan
+of every message, and `LIKE_NOTE` for the user. One file may meet Pythons with and
+without FTS5: `reconcile`, at every open, keeps the triggers only where FTS5 is, and
+catches the index up when it comes back.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import re
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 FTS_TABLE = "search_text"
 ROWS_TABLE = "search_rows"
@@ -112,17 +116,68 @@ def create_search_index(conn: sqlite3.Connection) -> None:
     Says `indexing N messages…` on stderr once the backfill has taken longer than
     `BACKFILL_NOTICE_AFTER` s. Without FTS5 it creates nothing.
     """
-    if not fts5_available(conn):
-        return
+    if fts5_available(conn):
+        _create(conn)
+
+
+def _create(conn: sqlite3.Connection) -> None:
     conn.execute(f"""CREATE TABLE {ROWS_TABLE} (
         id INTEGER PRIMARY KEY,
         conversation_id TEXT NOT NULL,
         item_id TEXT NOT NULL,
         UNIQUE (conversation_id, item_id))""")
     conn.execute(f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(text, tokenize = 'unicode61')")
+    _create_triggers(conn)
+    backfill(conn)
+
+
+_TRIGGERS = ("search_items_insert", "search_items_delete", "search_items_update")
+
+
+def _create_triggers(conn: sqlite3.Connection) -> None:
     for statement in _split(_triggers()):
         conn.execute(statement)
-    backfill(conn)
+
+
+def _state(conn: sqlite3.Connection) -> tuple[bool, int]:
+    """(the index table exists, how many of its triggers do)."""
+    marks = ", ".join("?" * len(_TRIGGERS))
+    triggers = conn.execute(f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name IN ({marks})",
+                            _TRIGGERS).fetchone()[0]
+    return has_index(conn), triggers
+
+
+def reconcile(conn: sqlite3.Connection, write: Callable[[], AbstractContextManager[None]]) -> None:
+    """At every open, after the migrations: the index is live exactly where this SQLite has FTS5.
+
+    One store file may be opened by Pythons built with and without FTS5. A process
+    without it must not meet triggers that write an FTS5 table (every write of an item
+    would fail with "no such module"), so it drops them; the index then falls behind,
+    and the next process with FTS5 puts the triggers back and catches up (rows of gone
+    items removed, new messages indexed). A store migrated without FTS5 gets its index
+    built by the first process that has it. Nothing is written when all is in order.
+    """
+    available = fts5_available(conn)
+    table, triggers = _state(conn)
+    if (available and table and triggers == len(_TRIGGERS)) or (not available and not triggers):
+        return
+    with write():
+        table, triggers = _state(conn)  # again, inside the lock: another process may have done it
+        if not available:
+            for name in _TRIGGERS:
+                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+        elif not table:
+            _create(conn)
+        elif triggers < len(_TRIGGERS):
+            for name in _TRIGGERS:
+                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+            _create_triggers(conn)
+            conn.execute(f"""DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT r.id FROM {ROWS_TABLE} r
+                             WHERE NOT EXISTS (SELECT 1 FROM conversation_items i
+                                 WHERE i.conversation_id = r.conversation_id AND i.id = r.item_id))""")
+            conn.execute(f"""DELETE FROM {ROWS_TABLE} WHERE NOT EXISTS (SELECT 1 FROM conversation_items i
+                             WHERE i.conversation_id = {ROWS_TABLE}.conversation_id AND i.id = {ROWS_TABLE}.item_id)""")
+            backfill(conn)
 
 
 def backfill(conn: sqlite3.Connection, *, notice_after: float | None = None) -> int:

@@ -63,7 +63,7 @@ def _ids(rows: list[dict]) -> list[str]:
 def _rows_of(store: Store, conv: str) -> dict[str, list[tuple]]:
     """Every row naming `conv`, table by table (and its own row)."""
     out = {"conversations": store.conn.execute("SELECT * FROM conversations WHERE id = ?", [conv]).fetchall()}
-    for table in CatalogMixin._conversation_tables(store) + ["conversation_items"]:  # type: ignore[arg-type]
+    for table in CatalogMixin._conversation_tables(store) + ["conversation_items", store_search.ROWS_TABLE]:
         out[table] = sorted(store.conn.execute(f"SELECT * FROM {table} WHERE conversation_id = ?", [conv]).fetchall(),
                             key=repr)
     return out
@@ -214,9 +214,42 @@ def test_without_fts5_the_migration_is_recorded_with_no_table(tmp_path: Path, mo
         conv = f"conv_{1:032x}"
         store.append_item(conv, user("written without an index"))  # no trigger to trip over
         assert _ids(store.search_conversations("without an")) == [conv]
+        store.delete_conversation(f"conv_{0:032x}")
+        assert store.search_conversations("question 0.0") == []
     monkeypatch.delenv(store_search.NO_FTS5_ENV)
-    with Store(path) as store:  # the file stays without an index: LIKE still
+    with Store(path) as store:  # the first process with FTS5 builds the index
+        assert store.search_mode == "fts5"
+        assert _ids(store.search_conversations("without an")) == [conv]
+        assert _ids(store.search_conversations("question 2.0")) == [f"conv_{2:032x}"]
+
+
+def test_a_process_without_fts5_drops_the_triggers_and_the_next_one_catches_up(tmp_path: Path, monkeypatch):
+    path = tmp_path / "chat.db"
+    with Store(path) as store:
+        conv = _conv(store)
+        store.append_item(conv, user("indexed before"))
+        store.append_item(conv, user("removed while off"))
+        doomed = _conv(store)
+        store.append_item(doomed, user("a whole session deleted while off"))
+    monkeypatch.setenv(store_search.NO_FTS5_ENV, "1")  # as a Python whose SQLite has no FTS5
+    with Store(path) as store:
         assert store.search_mode == "like"
+        assert store.conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'").fetchone() == (0,)
+        store.append_item(conv, user("written while off"))  # no trigger names a module it lacks
+        with store._write():
+            store.conn.execute("DELETE FROM conversation_items WHERE data LIKE '%removed while%'")
+        store.delete_conversation(doomed)
+    monkeypatch.delenv(store_search.NO_FTS5_ENV)
+    with Store(path) as store:
+        assert store.search_mode == "fts5"
+        assert _ids(store.search_conversations("written while")) == [conv]
+        assert store.search_conversations("removed while") == [] and store.search_conversations("whole") == []
+        assert _ids(store.search_conversations("indexed before")) == [conv]
+        store.append_item(conv, user("after the repair"))
+        assert _ids(store.search_conversations("repair")) == [conv]
+        rows, text = (store.conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                      for t in (store_search.ROWS_TABLE, store_search.FTS_TABLE))
+        assert rows == text == 3
 
 
 def test_fts5_switched_off_on_an_indexed_store_uses_like(store, monkeypatch):
