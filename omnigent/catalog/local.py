@@ -78,8 +78,8 @@ class LocalCatalog:
             # That process's dispatcher cannot be told from here, and deleting under it fails
             # its turn mid-flight; through its API (`--server`) the turn is cancelled first.
             raise CatalogError(f"session {session_id} has a turn in progress in omnigent process {pid}: "
-                               f"stop it there (Ctrl-C) or let it end, then rm again; or rm it with "
-                               f"--server URL of that server, which cancels the turn first")
+                               f"stop it there (Ctrl-C) or let it end, then rm again (if that process is "
+                               f"`omnigent server`, `rm --server URL` through it cancels the turn first)")
         try:  # a turn left running or queued by a process that is gone is marked cancelled first, by the store
             store.delete_conversation(session_id)
         except NotFoundError:  # removed by someone else meanwhile
