@@ -21,6 +21,7 @@ from typing import Any  # noqa: E402
 
 import click  # noqa: E402
 
+from .catalog.commands import sessions as _sessions  # noqa: E402  (only click: --help stays instant)
 from .config.commands import config as _config_group  # noqa: E402
 
 
@@ -129,6 +130,8 @@ def cli(ctx: click.Context, verbose: bool) -> None:
                    "--server, the host's `omnigent host --permissions` still cap it.")
 @click.option("--output-format", type=click.Choice(["text", "json", "stream-json"]), default=None,
               help="With -p: the answer as text, one JSON object, or JSON lines as it happens.")
+@click.option("--fork", "fork", metavar="ID", help="Copy conversation ID and open the REPL on the copy (ID stays as it was).")
+@click.option("--name", "title", metavar="NAME", help="Name the conversation this run creates (or the fork).")
 @click.option("-v", "--verbose", is_flag=True, help="Say more on stderr (with -p: the conversation id).")
 @click.pass_context
 def run(ctx: click.Context, agent: Path | None, log: bool, **options: Any) -> None:
@@ -147,6 +150,7 @@ def run(ctx: click.Context, agent: Path | None, log: bool, **options: Any) -> No
 
 
 cli.add_command(_config_group)
+cli.add_command(_sessions)
 
 
 @cli.command()

@@ -60,13 +60,21 @@ def permission_plan(flag: str | None, spec_mode: str, ceiling: str | None, *,
 def launch(*, agent: Path | None, model: str | None, harness: str | None, system_prompt: str | None,
            prompt: str | None, resume: str | None, resume_latest: bool, no_session: bool,
            server_url: str | None, token: str | None, permission_mode: str | None,
-           output_format: str | None, verbose: bool) -> NoReturn:
+           output_format: str | None, verbose: bool, fork: str | None = None,
+           title: str | None = None) -> NoReturn:
     """Run `omnigent run` with these options; exits with the run's code."""
     from .agents import SpecError, bundle_from_spec, load_spec, resolve_auth
     from .config.file import ConfigError, load_config
 
     if output_format is not None and prompt is None:
         raise click.ClickException("--output-format applies to -p only (the REPL prints text)")
+    if fork is not None:  # the original's refusals (reference §1.2)
+        if prompt is not None:
+            raise click.ClickException("--fork requires interactive REPL mode; remove -p/--prompt.")
+        if resume or resume_latest or no_session:
+            raise click.ClickException("--fork cannot be combined with --resume, --continue or --no-session")
+    if title is not None and not title.strip():
+        raise click.ClickException("--name cannot be empty")
     try:
         config = load_config(warn=(lambda line: click.echo(f"warning: {line}", err=True)) if verbose else None)
     except ConfigError as exc:
@@ -133,7 +141,7 @@ def launch(*, agent: Path | None, model: str | None, harness: str | None, system
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
         resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
         idle=spare_gate.set, permission_mode=session_mode, output_format=output_format or "text",
-        stdin=stdin, verbose=verbose,
+        stdin=stdin, verbose=verbose, fork=fork, title=" ".join(title.split()) if title is not None else None,
     )
 
     def started(run: Any) -> Any:  # the stdin wait counts from the start of the run: it overlaps start-up

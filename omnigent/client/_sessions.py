@@ -75,17 +75,41 @@ class SessionsNamespace:
         return Session.from_dict(await self._t.request("GET", _path(session_id)))
 
     async def list(self, *, limit: int = 20, agent_name: str | None = None, order: str = "desc",
-                   sort_by: str = "created_at") -> builtins.list[SessionListItem]:
-        """Newest first by default; `sort_by="updated_at"` orders by last activity."""
+                   sort_by: str = "created_at", search_query: str | None = None) -> builtins.list[SessionListItem]:
+        """Newest first by default; `sort_by="updated_at"` orders by last activity.
+
+        `search_query`: only sessions with a message matching it (its words, or "quoted
+        phrases", all in one message; words match as prefixes), newest first by creation,
+        each with a `snippet`. An empty query is an `InvalidInputError`.
+        """
         params: dict[str, Any] = {"limit": limit, "order": order, "sort_by": sort_by}
         if agent_name is not None:
             params["agent_name"] = agent_name
+        if search_query is not None:
+            params["search_query"] = search_query
         body = await self._t.request("GET", "/v1/sessions", params=params)
         return [SessionListItem.from_dict(row) for row in body["data"]]
 
     async def update(self, session_id: str, **fields: Any) -> Session:
         """`PATCH` any of `title`, `reasoning_effort`, `model_override`, `runner_id`, `permission_mode`."""
         return Session.from_dict(await self._t.request("PATCH", _path(session_id), json=fields))
+
+    async def rename(self, session_id: str, title: str) -> Session:
+        """Set the session's title."""
+        return await self.update(session_id, title=title)
+
+    async def fork(self, session_id: str, *, title: str | None = None,
+                   up_to_response_id: str | None = None) -> Session:
+        """A new session with a copy of this one's conversation (up to and including the item,
+        or the response, `up_to_response_id`); `forked_from` names the source, which is unchanged.
+        `NotFoundError` for an unknown session or item."""
+        body = {k: v for k, v in {"title": title, "up_to_response_id": up_to_response_id}.items() if v is not None}
+        return Session.from_dict(await self._t.request("POST", _path(session_id, "/fork"), json=body))
+
+    async def delete(self, session_id: str) -> None:
+        """Delete the session and all of it (a running turn is cancelled first; its streams end).
+        `NotFoundError` when there is no such session."""
+        await self._t.request("DELETE", _path(session_id))
 
     async def bind_runner(self, session_id: str, *, runner_id: str) -> Session:
         """Bind an online runner (400 `InvalidInputError` when it is not registered)."""

@@ -36,6 +36,8 @@ class SessionListItem:
     reasoning_effort: str | None = None
     workspace: str | None = None
     permission_mode: str | None = None  # ask | auto | deny; None: the agent spec's
+    forked_from: str | None = None  # the session this one was forked from
+    snippet: str | None = None  # a search hit (`sessions.list(search_query=)`): its best-matching text
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod

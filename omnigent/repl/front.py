@@ -54,12 +54,24 @@ class Front:
         session_id = await self._find(client, lines)
         if session_id is not None:
             await client.upload_agent(self.options.bundle, session_id=session_id)  # this session only
+            if self.options.title is not None and self.options.fork is None:  # --name on a resumed one
+                await client.patch_session(session_id, title=self.options.title)
             if self.options.permission_mode is not None:  # the flag applies to a resumed session too
                 await client.patch_session(session_id, permission_mode=self.options.permission_mode)
         return session_id
 
     async def _find(self, client: OmnigentClient, lines: LineInput | None) -> str | None:
         opts = self.options
+        if opts.fork is not None:  # a copy of it, named --name (else "<its title> (fork)")
+            try:
+                forked = await client.sessions.fork(opts.fork, title=opts.title)
+            except OmnigentError as exc:
+                if exc.status_code == 404:
+                    raise FrontError(f"Conversation '{opts.fork}' not found "
+                                     f"(`omnigent sessions list` shows the ids).") from None
+                raise
+            print(f"Forked {opts.fork} into {forked.id}", file=sys.stderr, flush=True)
+            return forked.id
         if opts.resume and opts.resume != RESUME_PICKER:
             try:
                 await client.get_session(opts.resume)
@@ -116,6 +128,8 @@ class Front:
         if session_id is None:
             session_id = (await client.create_session(opts.bundle, **opts.created_fields()))["id"]
         output.init(session_id)
+        if opts.verbose:
+            print(f"conversation: {session_id}", file=sys.stderr, flush=True)
         if opts.place is not None:
             await opts.place(client, session_id)
 

@@ -38,10 +38,16 @@ class FrontOptions:
     stdin: Any = None  # a `repl.stdin.StdinContext`, or None when stdin is not to be read
     # -v/--verbose (on `omnigent` or on `run`): say more on stderr (with -p, the conversation id)
     verbose: bool = False
+    # --fork ID: the conversation to copy and open (sessions-cli); --name: the title of the
+    # conversation this run creates, or of the fork
+    fork: str | None = None
+    title: str | None = None
 
     def created_fields(self) -> dict[str, Any]:
         """The metadata of a session this run creates: the workspace, --server's fields, the mode."""
         fields: dict[str, Any] = {"workspace": self.workspace, **self.session_fields}
+        if self.title is not None:
+            fields["title"] = self.title
         if self.permission_mode is not None:
             fields["permission_mode"] = self.permission_mode
         return fields

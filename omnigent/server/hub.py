@@ -71,6 +71,7 @@ class _Log:
     entries: deque[dict[str, Any]]
     last_seq: int = 0
     changed: trio.Event = field(default_factory=trio.Event)
+    ended: bool = False  # the session was deleted: its followers stop
 
 
 class Transaction:
@@ -233,6 +234,14 @@ class EventHub:
         for log_ in self._logs.values():
             log_.changed.set()
 
+    def end_session(self, session_id: str) -> None:
+        """The session was deleted: its followers' streams end, its log and buffered deltas go."""
+        self._pending = [(sid, event) for sid, event in self._pending if sid != session_id]
+        log_ = self._logs.pop(session_id, None)
+        if log_ is not None:
+            log_.ended = True
+            log_.changed.set()
+
     # --- following -------------------------------------------------------------
 
     async def follow(self, session_id: str, after: int | None = None, *,
@@ -264,7 +273,7 @@ class EventHub:
             resync = self.resync(session_id, cursor, reason)
             cursor = resync["sequence_number"]
             yield [resync]
-        while not self._closed.is_set():
+        while not self._closed.is_set() and not log_.ended:
             changed = log_.changed
             batch = [e for e in self._next(session_id, log_, cursor) if e["sequence_number"] > cursor]
             if batch:

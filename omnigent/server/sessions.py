@@ -4,9 +4,13 @@
   a resume, which pins the upload to that session only.
 - `POST /v1/sessions`: from a multipart bundle or from `{agent_id, ...}`; the session
   runs exactly the spec it was created with, whatever is uploaded under its name later.
-- `GET /v1/sessions`, `GET /v1/sessions/{id}` (with the session's summed `usage`),
+- `GET /v1/sessions` (`?search_query=` searches the text of messages: each row gains a
+  `snippet`), `GET /v1/sessions/{id}` (with the session's summed `usage`),
   `PATCH /v1/sessions/{id}` (binding to a runner, title, reasoning effort, model
   override, permission mode).
+- `POST /v1/sessions/{id}/fork` (201: the new session, `forked_from` set; store/catalog.py)
+  and `DELETE /v1/sessions/{id}`: its turn cancelled through the turn service and its
+  worker stopped first, then every row of it removed, then its watchers' streams ended.
 - `permission_mode` (ask | auto | deny | null: the agent spec's) is the session's own
   mode. It can only make the session stricter than its host allows: the loop runs
   the strictest of it and the host's policy (server/agent_loop.py).
@@ -22,6 +26,7 @@ import trio
 from quart import request
 
 from ..agents import SpecError
+from ..store.errors import NotFoundError
 from . import bodies
 from ._routes import conversation, int_arg
 from .errors import ApiError, invalid, not_found
@@ -140,12 +145,50 @@ def register(app: Any, state: ServerState) -> None:
             raise invalid("order must be asc or desc")
         if sort_by not in ("created_at", "updated_at"):
             raise invalid("sort_by must be created_at or updated_at")
-        rows = store.list_conversations(limit=limit + 1, agent_name=args.get("agent_name"),
-                                        order=order, sort_by=sort_by)
+        query = args.get("search_query")
+        extra: dict[str, Any] = {}
+        if query is not None:  # newest first, by creation (order and sort_by do not apply)
+            try:
+                rows = store.search_conversations(query, agent_name=args.get("agent_name"), limit=limit + 1)
+            except ValueError as exc:
+                raise invalid(f"search_query: {exc}") from None
+            extra = {"search_mode": store.search_mode, "search_note": store.search_note}
+        else:
+            rows = store.list_conversations(limit=limit + 1, agent_name=args.get("agent_name"),
+                                            order=order, sort_by=sort_by)
         has_more = len(rows) > limit
         data = [_list_item(r) for r in rows[:limit]]
         return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None, "has_more": has_more}
+                "last_id": data[-1]["id"] if data else None, "has_more": has_more, **extra}
+
+    @app.post("/v1/sessions/<session_id>/fork")
+    async def fork_session(session_id: str):
+        conversation(state, session_id)
+        body = await bodies.json_body()
+        extra = set(body) - {"title", "up_to_response_id"}
+        if extra:
+            raise invalid(f"unknown field {sorted(extra)[0]!r}")
+        for key in ("title", "up_to_response_id"):
+            if body.get(key) is not None and not isinstance(body[key], str):
+                raise invalid(f"{key!r} must be a string")
+        try:
+            fork = store.fork_conversation(session_id, title=body.get("title"),
+                                           up_to_response_id=body.get("up_to_response_id") or None)
+        except NotFoundError as exc:  # the item; or the session, deleted meanwhile
+            raise ApiError("not_found", str(exc)) from None
+        return _session(fork["id"]), 201
+
+    @app.delete("/v1/sessions/<session_id>")
+    async def delete_session(session_id: str):
+        conversation(state, session_id)
+        await state.turns.end_session(session_id)  # nothing of it runs or writes from here on
+        try:
+            store.delete_conversation(session_id)
+        except NotFoundError:  # deleted meanwhile (another request, another process)
+            raise not_found("Session") from None
+        state.hub.end_session(session_id)  # after the rows: a watcher that reconnects gets 404
+        state.registry.notify_changed()  # its runner's load changed (placement re-reads bindings)
+        return {"id": session_id, "object": "session.deleted", "deleted": True}
 
     @app.get("/v1/sessions/<session_id>")
     async def get_session(session_id: str):
@@ -208,5 +251,6 @@ def register(app: Any, state: ServerState) -> None:
             "labels": {}, "runner_id": rid,
             "runner_online": bool(rid and rid in state.registry.online),
             "reasoning_effort": conv.get("reasoning_effort"), "workspace": conv.get("workspace"),
-            "permission_mode": conv.get("permission_mode"),
+            "permission_mode": conv.get("permission_mode"), "forked_from": conv.get("forked_from"),
+            **({"snippet": conv["snippet"]} if "snippet" in conv else {}),
         }

@@ -103,6 +103,7 @@ class TurnService:
         self._outcomes = Outcomes(store, hub)
         self._reconnects = Reconnects(store, registry, self.adoptions, reconnect_grace)  # a dropped link, mid-turn
         self._moved: set[str] = set()  # sessions rebound while a turn ran: its runner's frames are refused
+        self._workers: dict[str, tuple[trio.CancelScope, trio.Event]] = {}  # session -> its worker (scope, done)
         self.waits = ApprovalWaits()
         self.gate = ToolGate(store, hub, self.waits)
         self.loop = AgentLoop(store, hub, self._outcomes, self.gate, self._has_moved, self._moved.discard)
@@ -114,9 +115,20 @@ class TurnService:
         wake = self._wake.get(session_id)
         if wake is None:
             self._wake[session_id] = trio.Event()
-            self._nursery.start_soon(self._worker, session_id, name=f"turns:{session_id}")
+            self._nursery.start_soon(self._session_worker, session_id, name=f"turns:{session_id}")
         else:
             wake.set()
+
+    async def end_session(self, session_id: str) -> None:
+        """The session is being deleted (server/sessions.py): its turn is cancelled (the runner
+        told, an approval wait ended) and its worker stopped, so that nothing more of it is
+        written once its rows are gone. Returns when the worker has stopped."""
+        await self.interrupt(session_id)
+        worker = self._workers.get(session_id)
+        if worker is not None:
+            scope, done = worker
+            scope.cancel()
+            await done.wait()
 
     def status(self, session_id: str) -> str:
         active = self._active.get(session_id)
@@ -222,6 +234,25 @@ class TurnService:
 
     # --- the per-session worker ----------------------------------------------
 
+    async def _session_worker(self, session_id: str) -> None:
+        """`_worker`, stoppable by `end_session`; a session deleted under it (by another process
+        sharing the store, say) stops it quietly instead of taking the server down."""
+        done = trio.Event()
+        with trio.CancelScope() as scope:
+            self._workers[session_id] = (scope, done)
+            try:
+                await self._worker(session_id)
+            except Exception:
+                if self.store.get_conversation(session_id) is not None:
+                    raise
+                log.info("session %s was deleted: its turns stop", session_id)
+            finally:
+                del self._workers[session_id]
+                self._wake.pop(session_id, None)
+                self._retrying.discard(session_id)
+                self._moved.discard(session_id)
+                done.set()
+
     async def _worker(self, session_id: str) -> None:
         while True:
             self._wake[session_id] = trio.Event()
@@ -249,6 +280,8 @@ class TurnService:
                 self._outcomes.fail(session_id, turn["id"], "store_error",
                                     f"cannot write store: {self.store.path}: {exc}")
             except Exception:  # one broken turn must not stop the session's queue
+                if self.store.get_conversation(session_id) is None:
+                    return  # deleted meanwhile: nothing of it is left to end
                 log.exception("turn %s crashed the dispatcher", turn["id"])
                 self._fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
 

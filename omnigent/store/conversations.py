@@ -24,6 +24,7 @@ _CONVERSATION_SELECT = """
     SELECT c.id, c.kind, c.created_at, c.updated_at, c.title, c.agent_id,
            a.name AS agent_name, c.runner_id, c.reasoning_effort,
            c.model_override, c.workspace, c.generation, c.permission_mode, c.next_position AS item_count,
+           c.forked_from, c.forked_at_item,
            (SELECT COUNT(*) FROM conversation_items i
              WHERE i.conversation_id = c.id AND i.type = 'message') AS message_count
     FROM conversations c LEFT JOIN agents a ON a.id = c.agent_id

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from ..config.dirs import DiskError, describe, private_dir, private_file, tighten
 from .errors import StoreError
+from .search import create_search_index
+from .search import reconcile as reconcile_search_index
 
 if TYPE_CHECKING:
     import sqlite_utils  # imported when a store is opened: ~55 ms a cold start can overlap
@@ -53,6 +55,9 @@ class Migration:
     # a query run after `sql`, in the same transaction, that must return no rows (else the
     # migration is rolled back): `PRAGMA foreign_key_check` after a table rebuild
     check: str | None = None
+    # work SQL alone cannot say, run after `sql` in the same transaction (0010: whether this
+    # SQLite has FTS5, and a backfill that reports its progress)
+    apply: Callable[[sqlite3.Connection], None] | None = None
 
 
 # Append only: a migration, once released, is never edited or reordered.
@@ -398,6 +403,26 @@ MIGRATIONS: tuple[Migration, ...] = (
         additive=True,
         check="PRAGMA foreign_key_check",
     ),
+    Migration(
+        "0009_conversation_forks",
+        """
+        -- a fork (store/catalog.py): the conversation it was copied from, and the last item
+        -- copied (NULL: all of them). Plain ids, no foreign key: deleting the source keeps
+        -- the fork, which still says where it came from.
+        ALTER TABLE conversations ADD COLUMN forked_from TEXT;
+        ALTER TABLE conversations ADD COLUMN forked_at_item TEXT;
+        """,
+        additive=True,
+    ),
+    Migration(
+        # full-text search over the text of user and assistant messages (store/search.py): an
+        # FTS5 table kept in step by triggers on `conversation_items`, backfilled here. Where
+        # this SQLite has no FTS5 it is recorded with no table, and search uses LIKE.
+        "0010_items_fts",
+        "",
+        additive=True,
+        apply=create_search_index,
+    ),
 )
 
 
@@ -465,6 +490,8 @@ def open_database(path: str | Path, *, clock: Callable[[], float] = time.time) -
         if target != MEMORY:
             _enable_wal(db)
         migrate(db, clock=clock)
+        if "0010_items_fts" in applied_migrations(db):  # (a test may migrate only part of the way)
+            reconcile_search_index(conn, lambda: write_transaction(conn))
     except StoreError:
         conn.close()
         raise
@@ -647,7 +674,10 @@ def migrate(db: sqlite_utils.Database, *, clock: Callable[[], float] = time.time
                 continue
             # Inside a transaction sqlite-utils runs the script statement by
             # statement, without sqlite3's implicit COMMIT.
-            db.executescript(migration.sql)
+            if migration.sql.strip():
+                db.executescript(migration.sql)
+            if migration.apply is not None:
+                migration.apply(db.conn)
             if migration.check is not None and (bad := db.execute(migration.check).fetchall()):
                 raise StoreError(f"migration {migration.name} failed its check ({bad[:3]}); nothing was changed")
             table = "additive_migrations" if migration.additive else "migrations"

@@ -29,6 +29,7 @@ from ._base import (
 )
 from .agents import AgentsMixin
 from .approvals import ApprovalsMixin
+from .catalog import CatalogMixin
 from .claims import ClaimsMixin
 from .conversations import ConversationsMixin
 from .db import open_database
@@ -54,6 +55,7 @@ class Store(
     HostsMixin,
     StepsMixin,
     ApprovalsMixin,
+    CatalogMixin,
 ):
     """All persistent state of an omnigent server, in one SQLite file.
 

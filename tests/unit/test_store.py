@@ -246,6 +246,8 @@ def test_create_and_get_conversation(store: Store, agent: dict):
         "permission_mode": None,
         "item_count": 0,
         "message_count": 0,
+        "forked_from": None,
+        "forked_at_item": None,
     }
     assert store.get_conversation("conv_missing") is None
     assert store.create_conversation(agent_id=agent["id"], kind=2)["kind"] == 2

@@ -93,7 +93,8 @@ def dump(path: Path) -> dict[str, list[tuple]]:
         out = {}
         for table in tables:
             rowid = "rowid, " if table in ("turns", "conversation_items") else ""
-            out[table] = conn.execute(f"SELECT {rowid}* FROM {table} ORDER BY 1, 2").fetchall()
+            order = "1, 2" if rowid or len(conn.execute(f"PRAGMA table_info({table})").fetchall()) > 1 else "1"
+            out[table] = conn.execute(f"SELECT {rowid}* FROM {table} ORDER BY {order}").fetchall()
         out["indexes"] = conn.execute("SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' "
                                       "AND sql IS NOT NULL ORDER BY name").fetchall()
         return out
@@ -134,8 +135,9 @@ def test_every_row_and_index_is_kept(upgraded):
         if table == "turns":  # two columns more (0007), NULL on every old turn
             assert [row[:-2] for row in after[table]] == rows
             assert {row[-2:] for row in after[table]} == {(None, None)}
-        elif table == "conversations":  # one column more (0007): permission_mode
-            assert [row[:-1] for row in after[table]] == rows
+        elif table == "conversations":  # columns more: permission_mode (0007), forked_from/_at_item (0009)
+            assert [row[:len(rows[0])] for row in after[table]] == rows
+            assert {row[len(rows[0]):] for row in after[table]} == {(None, None, None)}
         elif table == "indexes":  # each recreated exactly; 0007's two are new
             assert [i for i in after[table] if i[1] not in ("turn_steps", "approvals")] == rows
             assert {i[0] for i in after[table]} - {i[0] for i in rows} == {"idx_turn_steps_conversation",
