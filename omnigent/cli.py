@@ -82,8 +82,9 @@ def cli() -> None:
                    "`omnigent host --permissions` still caps it.")
 @click.option("--output-format", type=click.Choice(["text", "json", "stream-json"]), default=None,
               help="With -p: the answer as text, one JSON object, or JSON lines as it happens.")
+@click.option("--raw", is_flag=True, help="Print answers as the model wrote them (no Markdown rendering).")
 def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_latest, no_session, log,
-        server_url, token, permission_mode, output_format) -> None:
+        server_url, token, permission_mode, output_format, raw=False) -> None:
     """Chat with AGENT (a YAML file or directory) in a REPL, or answer one prompt with -p.
 
     With -p, stdin that is a pipe or a file is sent too, as context before
@@ -146,7 +147,7 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
         resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
         idle=spare_gate.set, permission_mode=permission_mode, output_format=output_format or "text",
-        stdin=stdin,
+        stdin=stdin, raw=raw,
     )
 
     def started(run):  # the stdin wait counts from the start of the run: it overlaps start-up

@@ -36,6 +36,8 @@ class FrontOptions:
     # -p only: text | json | stream-json (see `repl.output`), and stdin to read as context
     output_format: str = "text"
     stdin: Any = None  # a `repl.stdin.StdinContext`, or None when stdin is not to be read
+    # --raw: the REPL prints answers as they are, not rendered as Markdown (see repl.console)
+    raw: bool = False
 
     def created_fields(self) -> dict[str, Any]:
         """The metadata of a session this run creates: the workspace, --server's fields, the mode."""

@@ -97,14 +97,100 @@ def test_console_writes_held_late_text_once_the_prompt_is_gone():
     assert out.getvalue() == "stream continues\n"
 
 
-def test_console_status_only_on_a_terminal():
+def test_no_status_line_without_a_terminal():
     out = io.StringIO()
-    Console(tty=False, out=out, err=io.StringIO()).status("sleeping")
-    assert out.getvalue() == ""
-    console, out, _ = _console([None])
-    console.write("streamed")
-    console.status("sleeping")
-    assert out.getvalue() == "streamed\nstate: sleeping\n"
+    console = Console(tty=False, out=out, err=io.StringIO(), clock=lambda: 0.0)
+    console.before_read()
+    console.after_read()
+    console.turn_started()
+    console.write("answer\n")
+    console.tick()
+    console.turn_ended()
+    console.before_read()
+    console.after_read(eof=True)
+    assert out.getvalue() == "answer\n"
+    assert "state:" not in out.getvalue()
+
+
+def _screen(shown: list[str | None], now: list[float]) -> tuple[Console, io.StringIO, io.StringIO]:
+    out, err = io.StringIO(), io.StringIO()
+    console = Console(tty=True, shown_prompt=lambda: shown[0], out=out, err=err, screen=True,
+                      clock=lambda: now[0])
+    console.style = PLAIN  # the escape sequences of the layout are what is tested, not the dimming
+    return console, out, err
+
+
+def test_the_status_line_is_redrawn_in_place_never_appended():
+    shown: list[str | None] = [None]
+    now = [100.0]
+    console, out, err = _screen(shown, now)
+    console.before_read()  # the prompt's line stays free; `state: sleeping` goes on the line below
+    assert out.getvalue() == "\nstate: sleeping\x1b[K\x1b[1A\r"
+    console.after_read()  # Enter moved the cursor onto the status line: it is erased
+    assert out.getvalue().endswith("\r\x1b[K")
+    out.truncate(0), out.seek(0)
+    console.turn_started()
+    assert out.getvalue() == "state: running · 0 s"
+    now[0] = 104.6
+    console.tick()
+    console.tokens(812)
+    assert out.getvalue() == ("state: running · 0 s\r\x1b[Kstate: running · 4 s"
+                              "\r\x1b[Kstate: running · 4 s · 812 tokens")
+    out.truncate(0), out.seek(0)
+    console.write("Reply: SESSION_LIFECYCLE_OK\n")  # output goes above the status, which follows it
+    console.notice("a notice")
+    assert out.getvalue() == ("\r\x1b[KReply: SESSION_LIFECYCLE_OK\nstate: running · 4 s · 812 tokens"
+                              "\r\x1b[Kstate: running · 4 s · 812 tokens")
+    assert err.getvalue() == "a notice\n"
+    out.truncate(0), out.seek(0)
+    now[0] = 112.0
+    console.turn_ended()
+    assert out.getvalue() == "\r\x1b[K"  # no state line is left in the scrollback
+    console.before_read()
+    assert "state: sleeping · last turn 12 s · 812 tokens" in out.getvalue()
+
+
+def test_late_output_at_the_prompt_redraws_the_status_and_the_prompt_bytes():
+    shown: list[str | None] = [None]
+    console, out, _ = _screen(shown, [0.0])
+    console.before_read()
+    shown[0] = "❯ dra"
+    out.truncate(0), out.seek(0)
+    console.write("late line\n")
+    assert out.getvalue() == "\r\x1b[Jlate line\n\nstate: sleeping\x1b[K\x1b[1A\r❯ dra"
+    shown[0] = None
+    console.after_read(eof=True)  # Ctrl-D: the newline is ours, then the status line goes
+    assert out.getvalue().endswith("❯ dra\n\r\x1b[K")
+
+
+def test_an_approval_question_suspends_the_running_status():
+    shown: list[str | None] = [None]
+    console, out, _ = _screen(shown, [0.0])
+    console.turn_started()
+    out.truncate(0), out.seek(0)
+    console.before_read(sleeping=False)
+    assert out.getvalue() == "\r\x1b[K"  # the question is written on a clean line
+    console.after_read()
+    assert out.getvalue() == "\r\x1b[Kstate: running · 0 s"
+    out.truncate(0), out.seek(0)
+    console.interrupted()  # ^C was echoed after the status: the line is drawn again, clean
+    assert out.getvalue() == "\r\x1b[Kstate: running · 0 s"
+
+
+def test_status_words():
+    from omnigent.repl.status import Status, elapsed, total_tokens
+
+    assert [elapsed(s) for s in (0.4, 59.9, 65, 3725)] == ["0 s", "59 s", "1 min 05 s", "1 h 02 min"]
+    assert total_tokens({"input_tokens": 3, "output_tokens": 4}) == 7
+    assert total_tokens({"total_tokens": 9, "input_tokens": 3}) == 9
+    assert total_tokens(None) is None and total_tokens({}) is None
+    status = Status()
+    assert status.text(0) == "state: sleeping"
+    status.start(10)
+    status.tokens = 1234
+    assert status.text(12) == "state: running · 2 s · 1,234 tokens"
+    status.stop(13)
+    assert status.text(20) == "state: sleeping · last turn 3 s · 1,234 tokens"
 
 
 def test_renderer_shows_an_answer_once_from_deltas_item_or_completion():
