@@ -23,12 +23,14 @@ on only on such a terminal, without `NO_COLOR` and without `run --raw`.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping
 from typing import TextIO
 
 from .safe import neutralise
 from .status import Status
+from .table import clip, display_width
 
 _ERASE_LINE = "\r\x1b[K"
 _ERASE_BELOW = "\r\x1b[J"
@@ -155,8 +157,12 @@ class Console:
 
         return trio.current_time()
 
+    def _columns(self) -> int:
+        return shutil.get_terminal_size().columns
+
     def _status_text(self) -> str:
-        return self.style.dim(self.status.text(self._now()))
+        # one row at most: a status line that wrapped could not be erased by `\r\x1b[K`
+        return self.style.dim(clip(self.status.text(self._now()), self._columns() - 1))
 
     def _draw_footer(self) -> None:
         if (self.screen and self.status.running and not self._footer and self._at_line_start
@@ -222,16 +228,23 @@ class Console:
             self._draw_below()
         self.out.flush()
 
-    def after_read(self, *, eof: bool = False) -> None:
+    def after_read(self, *, eof: bool = False, shown: str | None = None) -> None:
         """The line was read: the cursor is on the line the status was (Enter moved it there).
 
         `eof`: Ctrl-D, which moves nowhere: the newline is written here.
+        `shown`: the prompt and the line as typed. When it took two rows,
+        readline wrote its second row over the status line without knowing it
+        was there, so the status's tail is erased there too.
         """
         if eof and self.tty:
             self.out.write("\n")
         if self._below:
             self.out.write(_ERASE_LINE)
             self._below = False
+            columns = self._columns()
+            width = display_width(shown) if shown is not None else 0
+            if columns < width < 2 * columns:
+                self.out.write(f"{_UP}\r\x1b[{width - columns}C\x1b[K\n")
         self._at_line_start = True
         self.out.flush()
         self._draw_footer()

@@ -69,9 +69,11 @@ def plain(text: str) -> str:
 
 def safe(rendered: str) -> bool:
     """No style code sits between two word characters (so none splits a word)."""
-    for match in _SGR.finditer(rendered):
-        before = plain(rendered[:match.start()])[-1:]
-        after = plain(rendered[match.end():])[:1]
+    chunks = _SGR.split(rendered)  # the visible text between the codes
+    before = ""
+    for index, chunk in enumerate(chunks[:-1]):
+        before = chunk[-1:] or before
+        after = next((c[0] for c in chunks[index + 1:] if c), "")
         if before and after and _word(before) and _word(after):
             return False
     return True
@@ -92,12 +94,11 @@ def _tokens(line: str) -> list[tuple[str, Any]]:
     """("text", str) | ("code", str) | ("delim", (char, length, can_open, can_close))."""
     out: list[tuple[str, Any]] = []
     i, n = 0, len(line)
-    protected = [(m.start(), m.end()) for m in _LITERAL.finditer(line)]
+    protected = {m.start(): m.end() for m in _LITERAL.finditer(line)}
     while i < n:
-        span = next(((s, e) for s, e in protected if s == i), None)
-        if span is not None:
-            out.append(("text", line[span[0]:span[1]]))
-            i = span[1]
+        if i in protected:
+            out.append(("text", line[i:protected[i]]))
+            i = protected[i]
             continue
         char = line[i]
         if char == "\\" and i + 1 < n and line[i + 1] in _ESCAPABLE:
@@ -134,7 +135,7 @@ def _tokens(line: str) -> list[tuple[str, Any]]:
             i = j
             continue
         j = i + 1
-        while j < n and line[j] not in "\\`*_" and not any(s == j for s, _ in protected):
+        while j < n and line[j] not in "\\`*_" and j not in protected:
             j += 1
         out.append(("text", line[i:j]))
         i = j

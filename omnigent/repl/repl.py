@@ -113,13 +113,14 @@ class Repl(Commands):
                 self._at_prompt = True
                 self.console.before_read()  # the prompt's line, `state: sleeping` below it
                 try:
-                    line = (await self.lines.read(PROMPT)).strip()
+                    typed = await self.lines.read(PROMPT)
                 finally:
                     self._at_prompt = False
             except EOFError:
                 self.console.after_read(eof=True)  # readline leaves the cursor after the prompt
                 break
-            self.console.after_read()
+            self.console.after_read(shown=PROMPT + typed)
+            line = typed.strip()
             if not line:
                 continue
             try:
@@ -328,9 +329,10 @@ class Repl(Commands):
         trace(f"runner bound id={bound.get('runner_id')!r}")
 
     async def _tick(self) -> None:
-        """Redraw the running status once a second: its elapsed time (only a terminal has one)."""
+        """Redraw the running status once a second of the turn: its elapsed time (only a terminal has one)."""
         while True:
-            await trio.sleep(1.0)
+            started = self.console.status.started
+            await trio.sleep(1.0 if started is None else 1.0 - (trio.current_time() - started) % 1.0)
             self.console.tick()
 
     async def _on_sigint(self, signals: Any) -> None:

@@ -10,9 +10,15 @@ import uuid
 
 import pexpect
 
-from tests.conftest import configure_mock_llm
 from omnigent.repl.table import display_width
-from tests.e2e._pexpect_harness import PROMPT_READY, STATE_RUNNING, STATE_SLEEPING, screen_lines, submit_prompt
+from tests.conftest import configure_mock_llm
+from tests.e2e._pexpect_harness import (
+    PROMPT_READY,
+    STATE_RUNNING,
+    STATE_SLEEPING,
+    screen_lines,
+    submit_prompt,
+)
 from tests.e2e._repl_helpers import (
     RUN_TIMEOUT,
     agent_env,

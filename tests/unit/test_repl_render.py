@@ -17,6 +17,7 @@ from omnigent.repl.render import (
     session_table,
     transcript,
 )
+from omnigent.repl.table import display_width
 from omnigent.repl.terminal import PipeInput
 from protocol import events as ev
 
@@ -288,3 +289,49 @@ def test_live_renderer_keeps_a_dropped_streams_text_and_says_why():
                 "error": {"code": "stream_dropped", "message": "the model's stream ended after 7 characters"}})
     assert out.getvalue() == "half an\n"
     assert err.getvalue() == "Error: the model's stream ended after 7 characters\n"
+
+
+def test_input_that_took_two_rows_leaves_no_tail_of_the_status(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "20")
+    monkeypatch.setenv("LINES", "10")
+    console, out, _ = _screen([None], [0.0])
+    console.before_read()
+    out.truncate(0), out.seek(0)
+    console.after_read(shown="❯ " + "x" * 23)  # 25 columns: its second row went over the status line
+    assert out.getvalue() == "\r\x1b[K\x1b[1A\r\x1b[5C\x1b[K\n"
+    console.before_read()
+    out.truncate(0), out.seek(0)
+    console.after_read(shown="❯ short")
+    assert out.getvalue() == "\r\x1b[K"
+    console.turn_started()
+    assert display_width(out.getvalue().split("\r\x1b[K")[-1]) <= 19  # the status never wraps
+
+
+def test_markdown_only_on_a_screen_without_no_color(monkeypatch):
+    out = io.StringIO()
+    assert not Console(tty=True, out=out, markdown=True).markdown  # not a terminal
+    assert Console(tty=True, out=out, markdown=True, screen=True).markdown
+    assert not Console(tty=True, out=out, markdown=False, screen=True).markdown  # --raw
+    monkeypatch.setenv("NO_COLOR", "1")
+    console = Console(tty=True, out=out, markdown=True, screen=True)
+    assert not console.markdown and not console.style.enabled
+
+
+def test_the_live_renderer_renders_streamed_markdown_line_by_line():
+    console, out, _ = _screen([None], [0.0])
+    console.markdown = True
+    r = LiveRenderer(console)
+    r.event({"type": ev.RESPONSE_CREATED, "turn_id": "t1", "attempt": 1})
+    r.event({"type": ev.TEXT_DELTA, "turn_id": "t1", "delta": "**Reply**: SESSION_"})
+    assert out.getvalue() == ""  # the line is not complete yet
+    r.event({"type": ev.TEXT_DELTA, "turn_id": "t1", "delta": "LIFECYCLE_OK\na_b"})
+    assert out.getvalue() == "\x1b[1mReply\x1b[0m: SESSION_LIFECYCLE_OK\n"
+    r.event({"type": ev.USAGE, "turn_id": "t1", "turn": {"total_tokens": 3}})  # prints nothing: still held
+    assert out.getvalue().endswith("OK\n")
+    r.event({"type": ev.ITEM_DONE, "turn_id": "t1", "item": assistant("**Reply**: SESSION_LIFECYCLE_OK\na_b")})
+    assert out.getvalue() == "\x1b[1mReply\x1b[0m: SESSION_LIFECYCLE_OK\na_b\n"
+    r.event({"type": ev.COMPLETED, "turn_id": "t1", "response": {"output": []}})
+    items = [user("q"), assistant("*x*"), user("again")]
+    turns = [{"input_item_id": "u1", "status": "cancelled"}, {"input_item_id": "u2", "status": "completed"}]
+    items[0]["id"], items[2]["id"] = "u1", "u2"
+    assert transcript(items, PLAIN, r.markdown, turns) == "› q\n\x1b[3mx\x1b[0m\n  (cancelled)\n› again\n"
