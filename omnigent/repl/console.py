@@ -104,10 +104,17 @@ class Console:
         prompt = self._shown_prompt()
         if prompt is None:
             self._clear_footer()
+            below, self._below = self._below, False
+            if below:  # about to read, the prompt not drawn yet: the status goes below this text
+                self.out.write(_ERASE_BELOW)
+                self.out.flush()
             if self._held:  # the prompt went away under a half-printed late line
                 held, self._held = self._held, ""
                 self._emit(held, False)
             self._emit(text, err)
+            if below and self._at_line_start:
+                self._draw_below()
+                self.out.flush()
             self._draw_footer()
             return
         if err:
@@ -174,6 +181,7 @@ class Console:
     def _clear_footer(self) -> None:
         if self._footer:
             self.out.write(_ERASE_LINE)
+            self.out.flush()  # before anything goes to stderr
             self._footer = False
 
     def _draw_below(self) -> None:

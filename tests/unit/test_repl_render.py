@@ -335,3 +335,12 @@ def test_the_live_renderer_renders_streamed_markdown_line_by_line():
     turns = [{"input_item_id": "u1", "status": "cancelled"}, {"input_item_id": "u2", "status": "completed"}]
     items[0]["id"], items[2]["id"] = "u1", "u2"
     assert transcript(items, PLAIN, r.markdown, turns) == "› q\n\x1b[3mx\x1b[0m\n  (cancelled)\n› again\n"
+
+
+def test_output_between_the_status_and_the_prompt_keeps_the_status_below():
+    console, out, err = _screen([None], [0.0])
+    console.before_read()
+    out.truncate(0), out.seek(0)
+    console.notice("approval answered elsewhere")
+    assert out.getvalue() == "\r\x1b[J\nstate: sleeping\x1b[K\x1b[1A\r"
+    assert err.getvalue() == "approval answered elsewhere\n"
