@@ -9,10 +9,11 @@ be used as it is:
   never touched again, so streamed text does not jump. Emphasis therefore
   pairs within a line; an unpaired delimiter stays as it is.
 - **The characters of the words are never changed.** A delimiter run of `*`
-  or `_` opens emphasis only when the character before it is not a letter,
-  digit or `_`, and closes only when the one after it is not: `a_b_c`,
-  `2*3*4` and `SESSION_LIFECYCLE_OK` stay literal (CommonMark would make
-  `2*3*4` emphasis). `_` pairs only around text holding a space, so names
+  or `_` opens emphasis only after a space, the line's start or an opening
+  bracket or quote, and closes only before a space, the line's end or
+  closing punctuation: `a_b_c`, `2*3*4`, `/usr/*/bin/*` and
+  `SESSION_LIFECYCLE_OK` stay literal (CommonMark would make `2*3*4` and the
+  path emphasis). `_` pairs only around text holding a space, so names
   such as `__init__` stay whole. URLs are left alone. So a style code always sits at a
   word's edge, never inside it; every line is checked for that, and shown
   unstyled if it fails.
@@ -49,6 +50,10 @@ _SGR = re.compile(r"\x1b\[[0-9;]*m")
 # kept literal: URLs, and the destination of a link `[text](destination)`
 _LITERAL = re.compile(r"(?:https?|ftp)://[^\s<>]+|<[a-zA-Z][a-zA-Z0-9+.-]*:[^\s<>]*>|\]\([^)\s]*\)")
 _ESCAPABLE = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+# what may stand before an opening `*`/`_` and after a closing one (besides a space or the line's
+# edge): so `/usr/*/bin/*`, `x.*y*` or `*a*/b` stay as written, while `(*a*)` and `**Reply**:` render
+_BEFORE_OPEN = set("([{\"'“‘«-–—")
+_AFTER_CLOSE = set(".,;:!?)]}\"'”’»-–—…")
 RULE_WIDTH = 40
 
 
@@ -129,8 +134,8 @@ def _tokens(line: str) -> list[tuple[str, Any]]:
                 j += 1
             prev = line[i - 1] if i else ""
             after = line[j] if j < n else ""
-            can_open = bool(after) and not after.isspace() and not _word(prev)
-            can_close = bool(prev) and not prev.isspace() and not _word(after)
+            can_open = bool(after) and not after.isspace() and (not prev or prev.isspace() or prev in _BEFORE_OPEN)
+            can_close = bool(prev) and not prev.isspace() and (not after or after.isspace() or after in _AFTER_CLOSE)
             out.append(("delim", (char, j - i, can_open, can_close)))
             i = j
             continue

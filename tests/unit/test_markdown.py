@@ -6,7 +6,7 @@ import pytest
 
 from omnigent.repl.markdown import MarkdownStream, inline, plain, render, safe
 
-LITERAL = ["Reply: SESSION_LIFECYCLE_OK", "a_b_c", "2*3*4", "snake_case_name and __init__", "a * b * c",
+LITERAL = ["Reply: SESSION_LIFECYCLE_OK", "a_b_c", "2*3*4", "/usr/*/bin/*", "x.*y*", "*a*/b", "snake_case_name and __init__", "a * b * c",
            "def f(*args, **kwargs):", "**unclosed", "see https://x.com/*a*/b_c_d", "[x](http://a/b_c_)",
            "foo`bar`", "5*3 = 15, 2*4 = 8", "_single_ word"]
 
