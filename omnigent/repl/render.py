@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol import events as ev
 
 from ..client import message_text
 from . import steps
-from .console import Console, Style
 from .safe import neutralise
-from .table import clip as _clip_width
-from .table import format_table
+
+if TYPE_CHECKING:
+    from .console import Console, Style
 
 __all__ = ["Console", "LiveRenderer", "Style", "age", "picker_list", "render_item", "session_table",
            "transcript"]
@@ -36,8 +36,23 @@ _QUIET = frozenset({ev.TEXT_DELTA, ev.HEARTBEAT, ev.USAGE, ev.TOOL_OUTPUT, ev.SE
 _ENDINGS = {"cancelled": "(cancelled)", "interrupted": "(interrupted)", "failed": "(failed)"}
 
 
+def __getattr__(name: str) -> Any:
+    # `Console` and `Style` are importable from here as they always were, without `-p` (which
+    # imports this module for its notices) paying for the console and its status line
+    if name in ("Console", "Style"):
+        from . import console
+
+        return getattr(console, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _clip(text: str, width: int) -> str:
-    return _clip_width(" ".join(neutralise(text).split()), width)
+    text = " ".join(neutralise(text).split())
+    if len(text) <= width and text.isascii():
+        return text
+    from .table import clip
+
+    return clip(text, width)
 
 
 def markdown_renderer(console: Console) -> Callable[[str], str] | None:
@@ -151,6 +166,8 @@ def session_table(rows: list[dict[str, Any]], max_width: int | None = None) -> s
     body = [(str(n), neutralise(r["id"]), _clip(r.get("title") or "(untitled)", TITLE_WIDTH),
              neutralise(r.get("status") or ""), time.strftime("%b %d %H:%M", time.localtime(r.get("created_at") or 0)))
             for n, r in enumerate(rows, 1)]
+    from .table import format_table
+
     table = format_table(("#", "ID", "Title", "Status", "Created"), body,
                          max_width=None if max_width is None else max_width - 2)
     return "\n".join(["Switch to…", *("  " + line for line in table)]) + "\n  /switch <#> or <id> to resume\n"
@@ -173,6 +190,8 @@ def picker_list(rows: list[dict[str, Any]], now: float) -> str:
               age(now - (r.get("updated_at") or now)), _count(r.get("message_count", 0), "message"),
               neutralise(r["id"]))
              for n, r in enumerate(rows, 1)]
+    from .table import format_table
+
     return "".join("  " + line + "\n" for line in format_table((), table))
 
 
