@@ -344,3 +344,13 @@ def test_output_between_the_status_and_the_prompt_keeps_the_status_below():
     console.notice("approval answered elsewhere")
     assert out.getvalue() == "\r\x1b[J\nstate: sleeping\x1b[K\x1b[1A\r"
     assert err.getvalue() == "approval answered elsewhere\n"
+
+
+def test_run_has_a_raw_flag_that_reaches_the_front_options():
+    from click.testing import CliRunner
+
+    from omnigent.cli import cli
+    from omnigent.repl.options import FrontOptions
+
+    assert "--raw" in CliRunner().invoke(cli, ["run", "--help"]).output
+    assert FrontOptions(agent_path="a", agent_name="a", bundle=b"").raw is False
