@@ -130,6 +130,7 @@ def cli(ctx: click.Context, verbose: bool) -> None:
                    "--server, the host's `omnigent host --permissions` still cap it.")
 @click.option("--output-format", type=click.Choice(["text", "json", "stream-json"]), default=None,
               help="With -p: the answer as text, one JSON object, or JSON lines as it happens.")
+@click.option("--raw", is_flag=True, help="Print answers as the model wrote them (no Markdown rendering).")
 @click.option("--fork", "fork", metavar="ID", help="Copy conversation ID and open the REPL on the copy (ID stays as it was).")
 @click.option("--name", "title", metavar="NAME", help="Name the conversation this run creates (or the fork).")
 @click.option("-v", "--verbose", is_flag=True, help="Say more on stderr (with -p: the conversation id).")

@@ -61,7 +61,7 @@ def launch(*, agent: Path | None, model: str | None, harness: str | None, system
            prompt: str | None, resume: str | None, resume_latest: bool, no_session: bool,
            server_url: str | None, token: str | None, permission_mode: str | None,
            output_format: str | None, verbose: bool, fork: str | None = None,
-           title: str | None = None) -> NoReturn:
+           title: str | None = None, raw: bool = False) -> NoReturn:
     """Run `omnigent run` with these options; exits with the run's code."""
     from .agents import SpecError, bundle_from_spec, load_spec, resolve_auth
     from .config.file import ConfigError, load_config
@@ -141,7 +141,7 @@ def launch(*, agent: Path | None, model: str | None, harness: str | None, system
         agent_path=str(agent), agent_name=spec.name, bundle=bundle_from_spec(spec), prompt=prompt,
         resume=resume, resume_latest=resume_latest, workspace=os.getcwd(), ephemeral=no_session,
         idle=spare_gate.set, permission_mode=session_mode, output_format=output_format or "text",
-        stdin=stdin, verbose=verbose, fork=fork, title=" ".join(title.split()) if title is not None else None,
+        stdin=stdin, verbose=verbose, fork=fork, title=" ".join(title.split()) if title is not None else None, raw=raw,
     )
 
     def started(run: Any) -> Any:  # the stdin wait counts from the start of the run: it overlaps start-up

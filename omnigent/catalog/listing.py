@@ -11,9 +11,7 @@ from typing import Any
 
 from ..repl.safe import neutralise
 
-# the stand-in for repl/table.py until the output helper's lands (see _table.py): at merge this
-# line becomes `from ..repl.table import clip, display_width, format_table`
-from ._table import clip, display_width, format_table
+from ..repl.table import clip, display_width, format_table
 
 __all__ = ["age", "display_width", "format_table", "table"]
 

@@ -195,7 +195,11 @@ class Approvals:
             self._asking = (approval_id, scope)
             try:
                 while decision is None:
-                    answer = await self.lines.ask(question(event))
+                    self.console.before_read(sleeping=False)  # a clean line: the running status steps aside
+                    try:
+                        answer = await self.lines.ask(question(event))
+                    finally:
+                        self.console.after_read()
                     if answer is None:
                         decision = "deny"  # Ctrl-D: no
                         break

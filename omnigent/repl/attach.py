@@ -99,7 +99,7 @@ class Attached(Repl):
         kind = event["type"]
         if kind == ev.RESYNC:
             self.console.end_line()
-            self.console.write(transcript(event["items"], self.console.style))
+            self.console.write(transcript(event["items"], self.console.style, self.renderer.markdown, event["turns"]))
             self.renderer.calls.seen(event["items"])
             turns = event["turns"]
             if turns and turns[-1]["status"] in ("queued", "running"):

@@ -42,6 +42,8 @@ class FrontOptions:
     # conversation this run creates, or of the fork
     fork: str | None = None
     title: str | None = None
+    # --raw: the REPL prints answers as they are, not rendered as Markdown (see repl.console)
+    raw: bool = False
 
     def created_fields(self) -> dict[str, Any]:
         """The metadata of a session this run creates: the workspace, --server's fields, the mode."""

@@ -1,7 +1,10 @@
 """`omnigent run AGENT -r` without an id: choose one of the agent's recent conversations.
 
-On a terminal the user answers with a number or an id; from a pipe there is
-nobody to ask, so the list is printed with an error asking for an id.
+On a terminal the user answers with a number or an id; Ctrl-D leaves (exit
+1), and so does Ctrl-C, as the KeyboardInterrupt the front end turns into
+exit 130 (`LineInput.read(interrupt=True)`). From a pipe there is nobody to
+ask, so the list is printed with an error asking for an id. Titles (names)
+are shown, aligned by display width (`table`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import time
 from ..client import OmnigentClient, OmnigentError
 from .render import picker_list
 from .terminal import LineInput
+
+QUESTION = "Resume which one? (number or id) "
 
 
 class PickError(Exception):
@@ -30,7 +35,7 @@ async def pick_session(client: OmnigentClient, agent_name: str, lines: LineInput
     print(f"Recent conversations of {agent_name}:\n{listing}", end="", flush=True)
     while True:
         try:
-            answer = (await lines.read("Resume which one? (number or id) ", remember=False)).strip()
+            answer = (await lines.read(QUESTION, remember=False, interrupt=True)).strip()
         except EOFError:
             raise PickError("No conversation picked.") from None
         if answer.isdigit() and 1 <= int(answer) <= len(rows):

@@ -1,18 +1,19 @@
 """How conversations look in a terminal: transcripts, live events, tables.
 
-Everything here turns data into text; `Console` is the one place that writes,
-so it alone knows whether the input prompt is on screen and must be drawn
-again below late output (a notice, another client's turn). Every text that
-came from the model, a tool or the store is `neutralise`d (see `safe`)
-before styling is added, so it cannot drive the terminal.
+Everything here turns data into text; `console.Console` is the one place that
+writes (it is re-exported here with `Style` for the modules that import it
+from here). Every text that came from the model, a tool or the store is
+`neutralise`d (see `safe`) before styling is added, so it cannot drive the
+terminal. An assistant's text is rendered as Markdown only when the console
+says so (`Console.markdown`: a terminal, no `NO_COLOR`, no `--raw`); the
+renderer is imported then and only then.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from protocol import events as ev
 
@@ -20,39 +21,62 @@ from ..client import message_text
 from . import steps
 from .safe import neutralise
 
+if TYPE_CHECKING:
+    from .console import Console, Style
+
+__all__ = ["Console", "LiveRenderer", "Style", "age", "picker_list", "render_item", "session_table",
+           "transcript"]
+
 USER_MARK = "› "  # never the prompt glyph: tests wait for that one
+TITLE_WIDTH = 40
+# events that print nothing: a Markdown line still streaming is not cut by them
+_QUIET = frozenset({ev.TEXT_DELTA, ev.HEARTBEAT, ev.USAGE, ev.TOOL_OUTPUT, ev.SESSION_STATUS, ev.INPUT_CONSUMED,
+                    ev.RUNNER_LOST, ev.TURN_RETRIED})
+# how a turn that did not complete is marked in a transcript, after its items
+_ENDINGS = {"cancelled": "(cancelled)", "interrupted": "(interrupted)", "failed": "(failed)"}
 
 
-class Style:
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+def __getattr__(name: str) -> Any:
+    # `Console` and `Style` are importable from here as they always were, without `-p` (which
+    # imports this module for its notices) paying for the console and its status line
+    if name in ("Console", "Style"):
+        from . import console
 
-    def _sgr(self, code: str, text: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled and text else text
-
-    def bold(self, text: str) -> str:
-        return self._sgr("1", text)
-
-    def dim(self, text: str) -> str:
-        return self._sgr("2", text)
-
-    def red(self, text: str) -> str:
-        return self._sgr("31", text)
+        return getattr(console, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _clip(text: str, width: int) -> str:
     text = " ".join(neutralise(text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    if len(text) <= width and text.isascii():
+        return text
+    from .table import clip
+
+    return clip(text, width)
 
 
-def render_item(item: dict[str, Any], style: Style) -> str | None:
-    """One stored or streamed item as display lines (no trailing newline), None if not shown."""
+def markdown_renderer(console: Console) -> Callable[[str], str] | None:
+    """The console's Markdown renderer of a whole message, or None when it prints text as it is."""
+    if not console.markdown:
+        return None
+    from .markdown import render
+
+    return render
+
+
+def render_item(item: dict[str, Any], style: Style, markdown: Callable[[str], str] | None = None) -> str | None:
+    """One stored or streamed item as display lines (no trailing newline), None if not shown.
+
+    `markdown` renders an assistant's text (see `markdown_renderer`); without it the text is as it is.
+    """
     kind = item.get("type", "message")
     if kind == "message":
         text = neutralise(message_text(item))
         if item.get("role") == "user":
             return style.bold(USER_MARK + text.replace("\n", "\n  "))
-        return text if item.get("role") == "assistant" else None
+        if item.get("role") != "assistant":
+            return None
+        return markdown(text) if markdown is not None else text
     if kind == "function_call":
         return style.dim(steps.call_line(str(item.get("name", "?")), item.get("arguments", "")))
     if kind == "function_call_output":
@@ -99,24 +123,54 @@ def _short_cause(cause: str) -> str:
     return neutralise(cause.split("; killed by")[0])  # "hung: no answer to pings for 4.0 s"
 
 
-def transcript(items: Iterable[dict[str, Any]], style: Style) -> str:
-    lines = [line for line in (render_item(i, style) for i in items) if line is not None]
+def turn_endings(turns: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """{input item id: its latest turn's status} for the turns that did not complete."""
+    latest: dict[str, str] = {}
+    for turn in turns:  # oldest first: a retry's turn replaces the one it retried
+        if turn.get("input_item_id"):
+            latest[str(turn["input_item_id"])] = str(turn.get("status") or "")
+    return {item: status for item, status in latest.items() if status in _ENDINGS}
+
+
+def transcript(items: Iterable[dict[str, Any]], style: Style, markdown: Callable[[str], str] | None = None,
+               turns: Iterable[dict[str, Any]] = ()) -> str:
+    """The conversation as printed by `/history` and on resume.
+
+    With `turns` (the session's turn rows), a message whose turn was
+    cancelled, interrupted or failed is followed, after what the turn
+    stored, by a dim `(cancelled)` line (or `(interrupted)`, `(failed)`).
+    """
+    endings = turn_endings(turns)
+    lines: list[str] = []
+    ending: str | None = None
+
+    def close() -> None:
+        if ending is not None:
+            lines.append(style.dim("  " + _ENDINGS[ending]))
+
+    for item in items:
+        if item.get("type", "message") == "message" and item.get("role") == "user":
+            close()
+            ending = endings.get(str(item.get("id")))
+        shown = render_item(item, style, markdown)
+        if shown is not None:
+            lines.append(shown)
+    close()
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def session_table(rows: list[dict[str, Any]]) -> str:
-    """The `/switch` table: newest first as listed, full ids."""
+def session_table(rows: list[dict[str, Any]], max_width: int | None = None) -> str:
+    """The `/switch` table: newest first as listed, full ids, titles (names)."""
     if not rows:
         return "  No sessions.\n"
-    table = [("#", "ID", "Title", "Status", "Created")] + [
-        (str(n), neutralise(r["id"]), _clip(r.get("title") or "(untitled)", 40), neutralise(r.get("status") or ""),
-         time.strftime("%b %d %H:%M", time.localtime(r.get("created_at") or 0)))
-        for n, r in enumerate(rows, 1)
-    ]
-    widths = [max(len(row[c]) for row in table) for c in range(5)]
-    lines = ["Switch to…"] + ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
-                             for row in table]
-    return "\n".join(lines) + "\n  /switch <#> or <id> to resume\n"
+    body = [(str(n), neutralise(r["id"]), _clip(r.get("title") or "(untitled)", TITLE_WIDTH),
+             neutralise(r.get("status") or ""), time.strftime("%b %d %H:%M", time.localtime(r.get("created_at") or 0)))
+            for n, r in enumerate(rows, 1)]
+    from .table import format_table
+
+    table = format_table(("#", "ID", "Title", "Status", "Created"), body,
+                         max_width=None if max_width is None else max_width - 2)
+    return "\n".join(["Switch to…", *("  " + line for line in table)]) + "\n  /switch <#> or <id> to resume\n"
 
 
 def _count(n: int, noun: str) -> str:
@@ -132,82 +186,13 @@ def age(seconds: float) -> str:
 
 def picker_list(rows: list[dict[str, Any]], now: float) -> str:
     """Numbered recent conversations: title, age, size, id."""
-    table = [(f"{n}.", _clip(r.get("title") or "(untitled)", 40),
+    table = [(f"{n}.", _clip(r.get("title") or "(untitled)", TITLE_WIDTH),
               age(now - (r.get("updated_at") or now)), _count(r.get("message_count", 0), "message"),
               neutralise(r["id"]))
              for n, r in enumerate(rows, 1)]
-    widths = [max(len(row[c]) for row in table) for c in range(5)]
-    return "".join("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n"
-                   for row in table)
+    from .table import format_table
 
-
-class Console:
-    """Line-based output that keeps the input prompt intact.
-
-    `shown_prompt` returns what the input line shows right now (prompt plus
-    typed text), or None when nobody is reading. Output that arrives while it
-    is shown is printed above it, whole lines only, and the line is redrawn.
-    """
-
-    def __init__(self, *, tty: bool, shown_prompt: Callable[[], str | None] = lambda: None,
-                 out: TextIO | None = None, err: TextIO | None = None) -> None:
-        self.out = out or sys.stdout
-        self.err = err or sys.stderr
-        self.tty = tty
-        self.style = Style(tty and self.out.isatty())
-        self._shown_prompt = shown_prompt
-        self._at_line_start = True
-        self._held = ""  # late stdout text still waiting for its newline
-
-    def write(self, text: str, *, err: bool = False) -> None:
-        if not text:
-            return
-        prompt = self._shown_prompt()
-        if prompt is None:
-            if self._held:  # the prompt went away under a half-printed late line
-                held, self._held = self._held, ""
-                self._emit(held, False)
-            self._emit(text, err)
-            return
-        if err:
-            text += "" if text.endswith("\n") else "\n"
-        else:
-            text = self._held + text
-            if "\n" not in text:
-                self._held = text
-                return
-            text, _, self._held = text.rpartition("\n")
-            text += "\n"
-        self.out.write("\r\x1b[K")
-        self._emit(text, err)
-        self.out.write(prompt)
-        self.out.flush()
-
-    def _emit(self, text: str, err: bool) -> None:
-        stream = self.err if err else self.out
-        stream.write(text)
-        stream.flush()
-        if not err:
-            self._at_line_start = text.endswith("\n")
-
-    def end_line(self) -> None:
-        if self._held or not self._at_line_start:
-            self.write("\n")
-
-    def line(self, text: str, *, err: bool = False) -> None:
-        self.end_line()
-        self.write(text + "\n", err=err)
-
-    def notice(self, text: str) -> None:
-        self.line(self.style.dim(text), err=True)
-
-    def error(self, message: str) -> None:
-        self.line(self.style.red(f"Error: {neutralise(message)}"), err=True)  # server text may quote a model
-
-    def status(self, state: str) -> None:
-        """The idle/busy status line of a terminal session (tests wait for `state: sleeping`)."""
-        if self.tty:
-            self.line(self.style.dim(f"state: {state}"))
+    return "".join("  " + line + "\n" for line in format_table((), table))
 
 
 class LiveRenderer:
@@ -217,18 +202,27 @@ class LiveRenderer:
     live output is not shown (its result line is). `interactive` says whether
     someone at a terminal can answer approvals: without one, a call refused
     for want of an answer gets the stderr line that says how to allow it.
+
+    When the console renders Markdown, streamed text goes through one
+    `markdown.MarkdownStream`: each line is shown once complete, and the
+    unfinished one is shown when the message ends or something else is
+    printed (a tool line, a notice).
     """
 
     def __init__(self, console: Console, *, interactive: bool = True) -> None:
         self.console = console
         self.interactive = interactive
         self.calls = steps.Calls()
-        self._streamed: set[str] = set()  # turns whose answer arrived as text deltas
-        self._shown: set[str] = set()     # turns whose answer is on screen
+        self.markdown = markdown_renderer(console)
+        self._stream: Any = None          # the MarkdownStream of the text streaming now
+        self._streamed: set[str | None] = set()  # turns whose answer arrived as text deltas
+        self._shown: set[str | None] = set() # turns whose answer is on screen
         self._cr = False                  # a text delta ended in CR: is it half of a CRLF?
 
     def event(self, event: dict[str, Any]) -> None:
         con, kind, turn_id = self.console, event["type"], event.get("turn_id")
+        if kind not in _QUIET:
+            self._settle()
         call, result = steps.event_call(event), steps.event_result(event)
         if result is not None and call is not None and kind == ev.TOOL_DONE:
             # its call was shown when the model made it (live, or in the transcript on resume)
@@ -243,7 +237,7 @@ class LiveRenderer:
             self._shown.discard(turn_id)
         elif kind == ev.TEXT_DELTA:
             self._streamed.add(turn_id)
-            con.write(self._delta(event["delta"]))
+            con.write(self._text(self._delta(event["delta"])))
         elif kind == ev.ITEM_DONE:
             item = event["item"]
             if item.get("type", "message") == "message" and item.get("role") == "assistant":
@@ -251,10 +245,10 @@ class LiveRenderer:
                     con.end_line()
                     self._streamed.discard(turn_id)  # the next step's text may not stream
                 else:
-                    con.line(neutralise(message_text(item)))
+                    con.line(self._whole(message_text(item)))
                 self._shown.add(turn_id)
             else:
-                shown = render_item(item, con.style)
+                shown = render_item(item, con.style, self.markdown)
                 if shown is not None:
                     con.line(shown)
         elif kind == ev.COMPLETED:
@@ -264,7 +258,7 @@ class LiveRenderer:
             if notice is not None:
                 con.notice(notice)
             elif turn_id not in self._shown and turn_id not in self._streamed:
-                con.line(neutralise(steps.final_text(list(output))))
+                con.line(self._whole(steps.final_text(list(output))))
             self._forget(turn_id)
         elif kind == ev.MODEL_RETRY:
             con.notice(retry_notice(event))
@@ -293,6 +287,25 @@ class LiveRenderer:
     def _line(self, text: str | None) -> None:
         if text is not None:
             self.console.line(self.console.style.dim(text))
+
+    def _whole(self, text: str) -> str:
+        text = neutralise(text)
+        return self.markdown(text) if self.markdown is not None else text
+
+    def _text(self, text: str) -> str:
+        """Streamed text as it is, or its complete lines rendered (the rest is held)."""
+        if self.markdown is None:
+            return text
+        if self._stream is None:
+            from .markdown import MarkdownStream
+
+            self._stream = MarkdownStream()
+        return self._stream.feed(text)  # type: ignore[no-any-return]
+
+    def _settle(self) -> None:
+        """Show the line still held by the Markdown stream (something else is printed next)."""
+        if self._stream is not None:
+            self.console.write(self._stream.flush())
 
     def _delta(self, delta: str) -> str:
         """A text delta neutralised, a CRLF split across two deltas read as one line end."""

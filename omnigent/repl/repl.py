@@ -31,30 +31,16 @@ from protocol import events as ev
 from ..client import OmnigentClient, OmnigentError
 from . import api, steps
 from .approvals import Approvals
-from .rules import permissions_command, usage_command
+from .commands import Commands
+from .console import Console
 from .options import FrontOptions
-from .render import Console, LiveRenderer, session_table, transcript
+from .render import LiveRenderer, transcript
+from .status import total_tokens
 from .terminal import PROMPT, LineInput
 from .trace import trace
 
 BIND_WAIT = 30.0  # seconds to wait for a runner to come online before the first message
 
-HELP = """\
-Commands:
-  /history           show the whole conversation again
-  /switch            list recent conversations
-  /switch <#|id>     resume one of them
-  /new               start a new conversation
-  /retry             run the last, interrupted turn again (from the step it stopped at)
-  /permissions       list this session's "always" approvals
-  /permissions revoke <#>  remove one of them
-  /usage             tokens this session used
-  /help              this list
-  /quit, /exit       leave (Ctrl-D too)
-Ctrl-C cancels a running turn; at the prompt it clears the line.
-A tool call that needs approval asks: y allows it, n refuses it, a allows this
-tool with this command (or path) for the rest of the session.
-"""
 
 
 @dataclass
@@ -65,14 +51,15 @@ class _Turn:
     done: trio.Event = field(default_factory=trio.Event)
 
 
-class Repl:
+class Repl(Commands):
     def __init__(self, client: OmnigentClient, options: FrontOptions, session_id: str | None,
                  lines: LineInput) -> None:
         self.client = client
         self.options = options
         self.session_id = session_id  # the attached conversation; None until the first message
         self.lines = lines
-        self.console = Console(tty=lines.interactive, shown_prompt=lines.shown_prompt)
+        self.console = Console(tty=lines.interactive, shown_prompt=lines.shown_prompt,
+                               markdown=not options.raw)
         self.renderer = LiveRenderer(self.console, interactive=lines.interactive)
         self.approvals = Approvals(client, self.console, lines, can_answer=self._can_answer())
         self._at_prompt = False  # the terminal reader is showing the input prompt
@@ -92,6 +79,8 @@ class Repl:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._on_sigint, sigint)
+                if self.console.screen:
+                    nursery.start_soon(self._tick)
                 code = 130  # unless the loop ends by itself: Ctrl-C cancels it in a pipe
                 try:
                     with self._main:
@@ -111,7 +100,6 @@ class Repl:
         except OmnigentError as exc:
             self.console.error(exc.message)
             return 1
-        self.console.status("sleeping")
         return 0
 
     async def _loop(self) -> int:
@@ -123,14 +111,16 @@ class Repl:
                 await self._join(await self.approvals.answer_pending())
             try:
                 self._at_prompt = True
+                self.console.before_read()  # the prompt's line, `state: sleeping` below it
                 try:
-                    line = (await self.lines.read(PROMPT)).strip()
+                    typed = await self.lines.read(PROMPT)
                 finally:
                     self._at_prompt = False
             except EOFError:
-                if self.console.tty:
-                    self.console.write("\n")  # readline leaves the cursor after the prompt
+                self.console.after_read(eof=True)  # readline leaves the cursor after the prompt
                 break
+            self.console.after_read(shown=PROMPT + typed)
+            line = typed.strip()
             if not line:
                 continue
             try:
@@ -145,72 +135,8 @@ class Repl:
             return 130
         return 1 if self._failed and not self.lines.interactive else 0
 
-    # --- slash commands -----------------------------------------------------
-
-    async def _command(self, line: str) -> None:
-        name, _, arg = line.partition(" ")
-        arg = arg.strip()
-        if name in ("/quit", "/exit"):
-            self._quit = True
-        elif name == "/help":
-            self.console.write(HELP)
-        elif name == "/history":
-            if self.session_id is None:
-                self.console.line("  No conversation yet: it starts with your first message.")
-            else:
-                self.console.write(transcript(await self.client.list_items(self.session_id),
-                                              self.console.style))
-        elif name == "/switch":
-            await self._switch(arg)
-        elif name == "/new":
-            self._detach()
-            self.console.line("  New conversation: it starts with your next message.")
-        elif name == "/permissions":
-            await self._permissions(arg)
-        elif name == "/usage":
-            await self._usage()
-        elif name == "/retry":
-            if self.session_id is None:
-                self.console.line("  Nothing to retry yet.")
-            else:
-                await self._send(None)
-        else:
-            self.console.line(f"Unknown command {name}: type /help for the commands.", err=True)
-
-    async def _switch(self, arg: str) -> None:
-        if not arg or arg.isdigit():
-            rows = await self.client.list_sessions(limit=20)
-            if not arg:
-                self.console.write(session_table(rows))
-                return
-            if not 1 <= int(arg) <= len(rows):
-                self.console.line(f"No session #{arg} ({len(rows)} listed). "
-                                  "Run /switch with no argument to see the table.")
-                return
-            arg = rows[int(arg) - 1]["id"]
-        try:
-            info = await self.client.get_session(arg)
-        except OmnigentError as exc:
-            if exc.status_code != 404:
-                raise
-            self.console.error(f"Conversation '{arg}' not found.")
-            return
-        await self._attach(arg, info)
-
     def _can_answer(self) -> bool:
         return True
-
-    async def _permissions(self, arg: str) -> None:
-        if self.session_id is None:
-            self.console.line("  No conversation yet: it starts with your first message.")
-            return
-        await permissions_command(self.client, self.console, self.session_id, arg)
-
-    async def _usage(self) -> None:
-        if self.session_id is None:
-            self.console.line("  No conversation yet: it starts with your first message.")
-            return
-        await usage_command(self.client, self.console, self.session_id)
 
     # --- the attached conversation ------------------------------------------
 
@@ -220,10 +146,10 @@ class Repl:
         trace(f"resuming existing session id={session_id!r}")
         await self._follow(session_id, info["last_sequence_number"])
         items = await self.client.list_items(session_id)
+        turns = await self._turns(session_id)
         self.console.line(f"Resumed conversation {session_id}")
-        self.console.write(transcript(items, self.console.style))
+        self.console.write(transcript(items, self.console.style, self.renderer.markdown, turns))
         self.renderer.calls.seen(items)
-        turns = await self.client.list_turns(session_id)
         if turns and turns[-1]["status"] == "interrupted":
             if "step" in turns[-1]:  # a server with the agent loop: it says where
                 last = turns[-1]["step"] or {}
@@ -235,6 +161,8 @@ class Repl:
             else:
                 self.console.notice("The last turn was interrupted (omnigent stopped in the middle of it); "
                                     "/retry runs it again.")
+        elif turns and turns[-1]["status"] == "cancelled":
+            self.console.notice("The last turn was cancelled; /retry runs it again.")
         await self.approvals.refresh(session_id, turns)
 
     def _detach(self) -> None:
@@ -284,6 +212,8 @@ class Repl:
         if session_id != self.session_id:
             return  # a detached conversation's straggler: never show another's text
         self.renderer.event(event)
+        if event["type"] == ev.USAGE and self._turn is not None and self._turn.turn_id == event.get("turn_id"):
+            self.console.tokens(total_tokens(event.get("turn")))
         if event["type"] == ev.APPROVAL_REQUESTED:
             self.approvals.requested(event, at_prompt=self._at_prompt)
         elif event["type"] == ev.APPROVAL_RESOLVED:
@@ -304,7 +234,7 @@ class Repl:
 
     async def _send(self, text: str | None) -> None:
         """Run one turn: `text` as a new message, or None to retry the last interrupted turn."""
-        self.console.status("running")
+        self.console.turn_started()
         turn = self._turn = _Turn()
         try:
             if self.session_id is None:
@@ -340,7 +270,7 @@ class Repl:
         finally:
             self._turn = None
             self._outcomes.clear()
-            self.console.status("sleeping")
+            self.console.turn_ended()
             if self.options.idle is not None:
                 self.options.idle()  # the first turn no longer competes with the warm spare
 
@@ -354,13 +284,13 @@ class Repl:
             if turn_id in self._ended or self.session_id is None:
                 continue
             turn = self._turn = _Turn(turn_id=turn_id)
-            self.console.status("running")
+            self.console.turn_started()
             try:
                 await self._wait(turn)
             finally:
                 self._turn = None
                 self._outcomes.clear()
-                self.console.status("sleeping")
+                self.console.turn_ended()
 
     async def _wait(self, turn: _Turn) -> None:
         """Until the turn ends, answering its approvals (and any other) as they come."""
@@ -398,6 +328,13 @@ class Repl:
             return
         trace(f"runner bound id={bound.get('runner_id')!r}")
 
+    async def _tick(self) -> None:
+        """Redraw the running status once a second of the turn: its elapsed time (only a terminal has one)."""
+        while True:
+            started = self.console.status.started
+            await trio.sleep(1.0 if started is None else 1.0 - (trio.current_time() - started) % 1.0)
+            self.console.tick()
+
     async def _on_sigint(self, signals: Any) -> None:
         async for _ in signals:
             turn = self._turn
@@ -412,8 +349,7 @@ class Repl:
                 turn.done.set()  # a second Ctrl-C: stop waiting for the server
                 continue
             turn.cancel_requested = True
-            if self.console.tty:
-                self.console.write("\n")  # off the line the terminal echoed ^C on
+            self.console.interrupted()  # off the line the terminal echoed ^C on
             self.console.notice("cancelling the turn… (Ctrl-C again to stop waiting)")
             turn.before_post.cancel()
             if turn.turn_id is not None:

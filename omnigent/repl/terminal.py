@@ -9,6 +9,11 @@ abandoned `input()` can steal a later line (stack-notes §8).
 While readline waits, the terminal's interrupt character is switched off
 (readline forces ISIG on, so that is the only way), and Ctrl-C reaches readline
 as a key that clears the line; during a turn Ctrl-C is a SIGINT for the REPL.
+A read that may be interrupted (`read(..., interrupt=True)`: the `--resume`
+picker) binds Ctrl-C to a macro that ends the line with a lone `^C` instead,
+so readline returns and restores the terminal itself, and `read` raises
+KeyboardInterrupt: leaving is then the same as Ctrl-D, with no reader left
+behind in `input()`.
 
 An approval answer (`ask`) goes through the same thread, so no second
 reader ever competes for the terminal. It is read in the terminal's own
@@ -39,13 +44,19 @@ import trio
 
 PROMPT = "❯ "
 HISTORY_LINES = 1000
+_CLEAR_LINE = r'"\C-c": kill-whole-line'
+_INTERRUPT_LINE = r'"\C-c": "\C-a\C-k\C-v\C-c\C-m"'  # the line becomes a lone ^C, then Enter
+_INTERRUPTED = "\x03"
 
 
 class LineInput(Protocol):
     interactive: bool
 
-    async def read(self, prompt: str, *, remember: bool = True) -> str:
-        """The next line without its newline; EOFError at the end of input."""
+    async def read(self, prompt: str, *, remember: bool = True, interrupt: bool = False) -> str:
+        """The next line without its newline; EOFError at the end of input.
+
+        `interrupt`: Ctrl-C raises KeyboardInterrupt (on a terminal) instead of clearing the line.
+        """
 
     async def ask(self, prompt: str) -> str | None:
         """One answer typed at a terminal (None at EOF); cancelling it dismisses the prompt."""
@@ -80,7 +91,7 @@ class TtyInput:
         self._intr = termios.tcgetattr(fd)[6][termios.VINTR]
         self._no_char = bytes([os.fpathconf(fd, "PC_VDISABLE")])
         readline.set_auto_history(False)
-        readline.parse_and_bind(r'"\C-c": kill-whole-line')
+        readline.parse_and_bind(_CLEAR_LINE)
         if history is not None:
             readline.set_history_length(HISTORY_LINES)
             from ..config.dirs import DiskError, private_dir, private_file
@@ -116,11 +127,13 @@ class TtyInput:
                     pass
             raise
 
-    async def read(self, prompt: str, *, remember: bool = True) -> str:
-        await self._asks_in.send(("line", prompt))
+    async def read(self, prompt: str, *, remember: bool = True, interrupt: bool = False) -> str:
+        await self._asks_in.send(("interruptible" if interrupt else "line", prompt))
         line = await self._lines.receive()
         if line is None:
             raise EOFError
+        if interrupt and line == _INTERRUPTED:
+            raise KeyboardInterrupt
         if remember and line.strip():
             self._remember(line)
         return line
@@ -149,13 +162,18 @@ class TtyInput:
                 continue
             self._set_intr(False)
             self._prompt = prompt
+            if kind == "interruptible":
+                self._rl.parse_and_bind(_INTERRUPT_LINE)
             try:
-                line: str | None = input(prompt)
+                typed: str | None = input(prompt)
             except (EOFError, OSError):
-                line = None
+                typed = None
             finally:
                 self._prompt = None
                 self._set_intr(True)
+                if kind == "interruptible":
+                    self._rl.parse_and_bind(_CLEAR_LINE)
+            line = typed
             try:
                 trio.from_thread.run(self._lines_in.send, line, trio_token=self._token)
             except (trio.Cancelled, trio.RunFinishedError):
@@ -224,7 +242,7 @@ class PipeInput:
     async def ask(self, prompt: str) -> str | None:
         return None  # nobody at a pipe can answer
 
-    async def read(self, prompt: str, *, remember: bool = True) -> str:
+    async def read(self, prompt: str, *, remember: bool = True, interrupt: bool = False) -> str:
         while b"\n" not in self._buf and not self._eof:
             chunk = await self._stream.receive_some(65536)
             self._buf += chunk

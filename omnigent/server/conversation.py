@@ -3,8 +3,8 @@
 - `POST /v1/sessions/{id}/events`: `message` (stored with its `input.consumed`
   event in one transaction, then a turn is queued: 202; its `approval_timeout`,
   seconds or null for "until answered", is stored on the turn), `interrupt` (the
-  running or waiting turn is cancelled), `retry` (the newest interrupted or failed
-  turn runs again; one with stored steps goes on from them as the same turn) or
+  running or waiting turn is cancelled), `retry` (the newest interrupted, failed or
+  cancelled turn runs again; one with stored steps goes on from them as the same turn) or
   `approval` (an answer to a pending approval: server/approvals.py).
 - `GET /v1/sessions/{id}/items` (paged, `after`/`order`/`limit`) and `GET /v1/sessions/{id}/turns`.
 
@@ -64,8 +64,8 @@ def register(app: Any, state: ServerState) -> None:
 
         A turn with stored steps is queued again as itself, so the loop goes on
         from its first unfinished step: nothing it stored runs twice. That is
-        also how a turn cancelled mid-tool continues. Any other interrupted or
-        failed turn runs afresh as a new turn on the same message. `data` may
+        also how a turn cancelled mid-tool continues. Any other interrupted, failed or
+        cancelled turn runs afresh as a new turn on the same message. `data` may
         carry the `approval_timeout` of whoever retries (as on a message).
         """
         if data is None:
@@ -80,8 +80,8 @@ def register(app: Any, state: ServerState) -> None:
                     else store.requeue_turn(last["id"]))
             state.turns.submit(session_id)
             return {"queued": True, "item_id": last["input_item_id"], "turn_id": turn["id"], "resumed": True}, 202
-        if last is None or last["status"] not in ("interrupted", "failed"):
-            raise ApiError("conflict", "the last turn of this session was not interrupted")
+        if last is None or last["status"] not in ("interrupted", "failed", "cancelled"):  # cancelled while queued
+            raise ApiError("conflict", "the last turn of this session was not interrupted, failed or cancelled")
         turn = store.create_turn(session_id, last["input_item_id"], approval_timeout=timeout)
         state.turns.submit(session_id)
         return {"queued": True, "item_id": last["input_item_id"], "turn_id": turn["id"]}, 202

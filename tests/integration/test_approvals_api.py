@@ -198,6 +198,9 @@ async def test_retry_without_steps_is_as_before(server, client, session):
     store.mark_interrupted(turn["id"])
     retried = await client.retry(sid)
     assert retried["turn_id"] != turn["id"] and "resumed" not in retried
-    store.finish_turn(retried["turn_id"], "cancelled")
-    with pytest.raises(ConflictError):  # the newest turn was cancelled without steps: nothing to retry
+    store.finish_turn(retried["turn_id"], "cancelled")  # Ctrl-C while it was queued: /retry runs it afresh
+    again = await client.retry(sid)
+    assert again["turn_id"] not in (turn["id"], retried["turn_id"]) and "resumed" not in again
+    store.finish_turn(again["turn_id"], "completed")
+    with pytest.raises(ConflictError):  # the newest turn completed: nothing to retry
         await client.retry(sid)

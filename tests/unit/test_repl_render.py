@@ -17,6 +17,7 @@ from omnigent.repl.render import (
     session_table,
     transcript,
 )
+from omnigent.repl.table import display_width
 from omnigent.repl.terminal import PipeInput
 from protocol import events as ev
 
@@ -97,14 +98,100 @@ def test_console_writes_held_late_text_once_the_prompt_is_gone():
     assert out.getvalue() == "stream continues\n"
 
 
-def test_console_status_only_on_a_terminal():
+def test_no_status_line_without_a_terminal():
     out = io.StringIO()
-    Console(tty=False, out=out, err=io.StringIO()).status("sleeping")
-    assert out.getvalue() == ""
-    console, out, _ = _console([None])
-    console.write("streamed")
-    console.status("sleeping")
-    assert out.getvalue() == "streamed\nstate: sleeping\n"
+    console = Console(tty=False, out=out, err=io.StringIO(), clock=lambda: 0.0)
+    console.before_read()
+    console.after_read()
+    console.turn_started()
+    console.write("answer\n")
+    console.tick()
+    console.turn_ended()
+    console.before_read()
+    console.after_read(eof=True)
+    assert out.getvalue() == "answer\n"
+    assert "state:" not in out.getvalue()
+
+
+def _screen(shown: list[str | None], now: list[float]) -> tuple[Console, io.StringIO, io.StringIO]:
+    out, err = io.StringIO(), io.StringIO()
+    console = Console(tty=True, shown_prompt=lambda: shown[0], out=out, err=err, screen=True,
+                      clock=lambda: now[0])
+    console.style = PLAIN  # the escape sequences of the layout are what is tested, not the dimming
+    return console, out, err
+
+
+def test_the_status_line_is_redrawn_in_place_never_appended():
+    shown: list[str | None] = [None]
+    now = [100.0]
+    console, out, err = _screen(shown, now)
+    console.before_read()  # the prompt's line stays free; `state: sleeping` goes on the line below
+    assert out.getvalue() == "\nstate: sleeping\x1b[K\x1b[1A\r"
+    console.after_read()  # Enter moved the cursor onto the status line: it is erased
+    assert out.getvalue().endswith("\r\x1b[K")
+    out.truncate(0), out.seek(0)
+    console.turn_started()
+    assert out.getvalue() == "state: running · 0 s"
+    now[0] = 104.6
+    console.tick()
+    console.tokens(812)
+    assert out.getvalue() == ("state: running · 0 s\r\x1b[Kstate: running · 4 s"
+                              "\r\x1b[Kstate: running · 4 s · 812 tokens")
+    out.truncate(0), out.seek(0)
+    console.write("Reply: SESSION_LIFECYCLE_OK\n")  # output goes above the status, which follows it
+    console.notice("a notice")
+    assert out.getvalue() == ("\r\x1b[KReply: SESSION_LIFECYCLE_OK\nstate: running · 4 s · 812 tokens"
+                              "\r\x1b[Kstate: running · 4 s · 812 tokens")
+    assert err.getvalue() == "a notice\n"
+    out.truncate(0), out.seek(0)
+    now[0] = 112.0
+    console.turn_ended()
+    assert out.getvalue() == "\r\x1b[K"  # no state line is left in the scrollback
+    console.before_read()
+    assert "state: sleeping · last turn 12 s · 812 tokens" in out.getvalue()
+
+
+def test_late_output_at_the_prompt_redraws_the_status_and_the_prompt_bytes():
+    shown: list[str | None] = [None]
+    console, out, _ = _screen(shown, [0.0])
+    console.before_read()
+    shown[0] = "❯ dra"
+    out.truncate(0), out.seek(0)
+    console.write("late line\n")
+    assert out.getvalue() == "\r\x1b[Jlate line\n\nstate: sleeping\x1b[K\x1b[1A\r❯ dra"
+    shown[0] = None
+    console.after_read(eof=True)  # Ctrl-D: the newline is ours, then the status line goes
+    assert out.getvalue().endswith("❯ dra\n\r\x1b[K")
+
+
+def test_an_approval_question_suspends_the_running_status():
+    shown: list[str | None] = [None]
+    console, out, _ = _screen(shown, [0.0])
+    console.turn_started()
+    out.truncate(0), out.seek(0)
+    console.before_read(sleeping=False)
+    assert out.getvalue() == "\r\x1b[K"  # the question is written on a clean line
+    console.after_read()
+    assert out.getvalue() == "\r\x1b[Kstate: running · 0 s"
+    out.truncate(0), out.seek(0)
+    console.interrupted()  # ^C was echoed after the status: the line is drawn again, clean
+    assert out.getvalue() == "\r\x1b[Kstate: running · 0 s"
+
+
+def test_status_words():
+    from omnigent.repl.status import Status, elapsed, total_tokens
+
+    assert [elapsed(s) for s in (0.4, 59.9, 65, 3725)] == ["0 s", "59 s", "1 min 05 s", "1 h 02 min"]
+    assert total_tokens({"input_tokens": 3, "output_tokens": 4}) == 7
+    assert total_tokens({"total_tokens": 9, "input_tokens": 3}) == 9
+    assert total_tokens(None) is None and total_tokens({}) is None
+    status = Status()
+    assert status.text(0) == "state: sleeping"
+    status.start(10)
+    status.tokens = 1234
+    assert status.text(12) == "state: running · 2 s · 1,234 tokens"
+    status.stop(13)
+    assert status.text(20) == "state: sleeping · last turn 3 s · 1,234 tokens"
 
 
 def test_renderer_shows_an_answer_once_from_deltas_item_or_completion():
@@ -202,3 +289,68 @@ def test_live_renderer_keeps_a_dropped_streams_text_and_says_why():
                 "error": {"code": "stream_dropped", "message": "the model's stream ended after 7 characters"}})
     assert out.getvalue() == "half an\n"
     assert err.getvalue() == "Error: the model's stream ended after 7 characters\n"
+
+
+def test_input_that_took_two_rows_leaves_no_tail_of_the_status(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "20")
+    monkeypatch.setenv("LINES", "10")
+    console, out, _ = _screen([None], [0.0])
+    console.before_read()
+    out.truncate(0), out.seek(0)
+    console.after_read(shown="❯ " + "x" * 23)  # 25 columns: its second row went over the status line
+    assert out.getvalue() == "\r\x1b[K\x1b[1A\r\x1b[5C\x1b[K\n"
+    console.before_read()
+    out.truncate(0), out.seek(0)
+    console.after_read(shown="❯ short")
+    assert out.getvalue() == "\r\x1b[K"
+    console.turn_started()
+    assert display_width(out.getvalue().split("\r\x1b[K")[-1]) <= 19  # the status never wraps
+
+
+def test_markdown_only_on_a_screen_without_no_color(monkeypatch):
+    out = io.StringIO()
+    assert not Console(tty=True, out=out, markdown=True).markdown  # not a terminal
+    assert Console(tty=True, out=out, markdown=True, screen=True).markdown
+    assert not Console(tty=True, out=out, markdown=False, screen=True).markdown  # --raw
+    monkeypatch.setenv("NO_COLOR", "1")
+    console = Console(tty=True, out=out, markdown=True, screen=True)
+    assert not console.markdown and not console.style.enabled
+
+
+def test_the_live_renderer_renders_streamed_markdown_line_by_line():
+    console, out, _ = _screen([None], [0.0])
+    console.markdown = True
+    r = LiveRenderer(console)
+    r.event({"type": ev.RESPONSE_CREATED, "turn_id": "t1", "attempt": 1})
+    r.event({"type": ev.TEXT_DELTA, "turn_id": "t1", "delta": "**Reply**: SESSION_"})
+    assert out.getvalue() == ""  # the line is not complete yet
+    r.event({"type": ev.TEXT_DELTA, "turn_id": "t1", "delta": "LIFECYCLE_OK\na_b"})
+    assert out.getvalue() == "\x1b[1mReply\x1b[0m: SESSION_LIFECYCLE_OK\n"
+    r.event({"type": ev.USAGE, "turn_id": "t1", "turn": {"total_tokens": 3}})  # prints nothing: still held
+    assert out.getvalue().endswith("OK\n")
+    r.event({"type": ev.ITEM_DONE, "turn_id": "t1", "item": assistant("**Reply**: SESSION_LIFECYCLE_OK\na_b")})
+    assert out.getvalue() == "\x1b[1mReply\x1b[0m: SESSION_LIFECYCLE_OK\na_b\n"
+    r.event({"type": ev.COMPLETED, "turn_id": "t1", "response": {"output": []}})
+    items = [user("q"), assistant("*x*"), user("again")]
+    turns = [{"input_item_id": "u1", "status": "cancelled"}, {"input_item_id": "u2", "status": "completed"}]
+    items[0]["id"], items[2]["id"] = "u1", "u2"
+    assert transcript(items, PLAIN, r.markdown, turns) == "› q\n\x1b[3mx\x1b[0m\n  (cancelled)\n› again\n"
+
+
+def test_output_between_the_status_and_the_prompt_keeps_the_status_below():
+    console, out, err = _screen([None], [0.0])
+    console.before_read()
+    out.truncate(0), out.seek(0)
+    console.notice("approval answered elsewhere")
+    assert out.getvalue() == "\r\x1b[J\nstate: sleeping\x1b[K\x1b[1A\r"
+    assert err.getvalue() == "approval answered elsewhere\n"
+
+
+def test_run_has_a_raw_flag_that_reaches_the_front_options():
+    from click.testing import CliRunner
+
+    from omnigent.cli import cli
+    from omnigent.repl.options import FrontOptions
+
+    assert "--raw" in CliRunner().invoke(cli, ["run", "--help"]).output
+    assert FrontOptions(agent_path="a", agent_name="a", bundle=b"").raw is False
