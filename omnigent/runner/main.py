@@ -217,7 +217,8 @@ class Runner:
 
     async def _handshake(self, ws: WebSocketConnection) -> str:
         in_flight = self._turns.claims()
-        hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES), in_flight)
+        hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES), in_flight,
+                      features=list(self._turns.features))
         try:
             await ws.send_message(encode(hello))
             with trio.fail_after(HELLO_TIMEOUT):

@@ -23,11 +23,19 @@ user messages merged, every `function_call` followed by its
 - `responses_tools` / `chat_tools`: the neutral tool definitions
   (`omnigent.tools.definitions`) in each API's shape, built the same way
   every time so a repeated model step sends a byte-identical body.
+- `create_response`: the Responses request, through the openai client, with
+  its JSON body written here: the bytes the SDK itself would write (same
+  key order, same JSON settings; a unit test compares them), but the input
+  items spliced in as bytes already encoded (`EncodedItems`, kept per
+  session by `history_cache.py`), so a long history costs a join, not the
+  SDK's per-item transform and encoding.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from protocol.history import item_bytes
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _OMNIGENT_FIELDS = ("response_id", "created_at", "turn_id")
@@ -38,9 +46,55 @@ _CHAT_ROLES = ("user", "assistant", "system", "developer")
 NO_WORKSPACE = "This session has no workspace, so file and shell tools are not available."
 
 
+class EncodedItems(list):  # type: ignore[type-arg]
+    """Responses input items (normalized already) with each one's request bytes (`protocol.history.item_bytes`)."""
+
+    def __init__(self, items: list[dict[str, Any]], parts: list[bytes]) -> None:
+        super().__init__(items)
+        self.parts = parts
+
+
 def normalize_input(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The history as Responses API input: the items as received, without omnigent's fields."""
-    return [{k: v for k, v in item.items() if k not in _OMNIGENT_FIELDS} for item in items]
+    if isinstance(items, EncodedItems):
+        return items  # normalized when it was cached
+    return [normalize_item(item) for item in items]
+
+
+def normalize_item(item: dict[str, Any]) -> dict[str, Any]:
+    if not any(k in item for k in _OMNIGENT_FIELDS):
+        return item
+    return {k: v for k, v in item.items() if k not in _OMNIGENT_FIELDS}
+
+
+# The order `openai.resources.responses.AsyncResponses.create` builds its body in, for the keys
+# the harness passes (any other key: the SDK's own call).
+_RESPONSES_ORDER = ("model", "stream", "input", "instructions", "reasoning", "tools")
+
+
+def responses_body(kwargs: dict[str, Any]) -> bytes:
+    """The JSON body `client.responses.create(**kwargs)` sends, with the input items' bytes joined in."""
+    items = kwargs["input"]
+    parts = items.parts if isinstance(items, EncodedItems) else [item_bytes(i) for i in items]
+    fields = []
+    for key in _RESPONSES_ORDER:
+        if key in kwargs:
+            value = b"[" + b",".join(parts) + b"]" if key == "input" else item_bytes(kwargs[key])
+            fields.append(item_bytes(key) + b":" + value)
+    return b"{" + b",".join(fields) + b"}"
+
+
+async def create_response(client: Any, kwargs: dict[str, Any]) -> Any:
+    """`client.responses.create(**kwargs)` (streaming), the body written by `responses_body`."""
+    if set(kwargs) - set(_RESPONSES_ORDER) or kwargs.get("stream") is not True:
+        return await client.responses.create(**kwargs)
+    from openai import AsyncStream
+    from openai._base_client import make_request_options
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    return await client.post("/responses", content=responses_body(kwargs), cast_to=Response, stream=True,
+                             stream_cls=AsyncStream[ResponseStreamEvent],
+                             options=make_request_options(security={"bearer_auth": True}))
 
 
 def responses_tools(definitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
