@@ -29,6 +29,7 @@ the server sends the step again in full.
 from __future__ import annotations
 
 import dataclasses
+import os
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -94,7 +95,8 @@ class Turns:
         self._outbox, self.queued = trio.open_memory_channel[tuple[Frame, "_Turn | None"]](OUTBOX_SIZE)
         self.nursery: trio.Nursery | None = None  # outlives connections: set while the runner serves
         self.histories = HistoryCache()
-        self.features = [HISTORY_CACHE]  # what the hello announces
+        # what the hello announces; OMNIGENT_HISTORY_CACHE=0: not the cache (every step comes in full)
+        self.features = [] if os.environ.get("OMNIGENT_HISTORY_CACHE") == "0" else [HISTORY_CACHE]
 
     def __len__(self) -> int:
         """How many turns are owed an end (running, or their end not yet sent)."""
@@ -136,6 +138,8 @@ class Turns:
                 self._send_soon(HistoryMiss(start.turn_id, start.attempt, start.step))
                 return None
             items = found
+            log(f"turn {start.turn_id} step {start.step}: {len(start.input)} new history items sent, "
+                f"{start.history_from} from the cache")
         return dataclasses.replace(start, input=items, history_from=0, history_hash="")
 
     def _send_soon(self, frame: Frame) -> None:
