@@ -76,12 +76,24 @@ def responses_body(kwargs: dict[str, Any]) -> bytes:
     """The JSON body `client.responses.create(**kwargs)` sends, with the input items' bytes joined in."""
     items = kwargs["input"]
     parts = items.parts if isinstance(items, EncodedItems) else [item_bytes(i) for i in items]
-    fields = []
+    pieces: list[bytes] = []  # joined once: the items' bytes are copied a single time
     for key in _RESPONSES_ORDER:
-        if key in kwargs:
-            value = b"[" + b",".join(parts) + b"]" if key == "input" else item_bytes(kwargs[key])
-            fields.append(item_bytes(key) + b":" + value)
-    return b"{" + b",".join(fields) + b"}"
+        if key not in kwargs:
+            continue
+        pieces.append(b"," if pieces else b"{")
+        pieces.append(item_bytes(key) + b":")
+        if key != "input":
+            pieces.append(item_bytes(kwargs[key]))
+        elif parts:
+            pieces.append(b"[")
+            for data in parts:
+                pieces.append(data)
+                pieces.append(b",")
+            pieces[-1] = b"]"
+        else:
+            pieces.append(b"[]")
+    pieces.append(b"}")
+    return b"".join(pieces)
 
 
 async def create_response(client: Any, kwargs: dict[str, Any]) -> Any:

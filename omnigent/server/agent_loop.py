@@ -46,7 +46,7 @@ from protocol.history import HISTORY_CACHE, ZERO
 
 from ..store import Store
 from .approval_waits import SIDE_EFFECTING, ToolGate
-from .history import Built, Histories, SentHistory, sent_base
+from .histories import Built, Histories, SentHistory, sent_base
 from .hub import EventHub
 from .outcomes import Outcomes
 from .registry import RunnerConn

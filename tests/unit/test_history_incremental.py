@@ -1,4 +1,4 @@
-"""`Histories` (omnigent/server/history.py): the history built from what is new is `build_history`'s.
+"""`Histories` (omnigent/server/histories.py): the history built from what is new is `build_history`'s.
 
 Why: each model step builds its history from the items stored since the
 session's last step, so the cost of a step does not grow with the
@@ -15,7 +15,8 @@ import random
 
 import pytest
 
-from omnigent.server.history import Histories, build_history, sent_base, SentHistory
+from omnigent.server.histories import Histories, SentHistory, sent_base
+from omnigent.server.history import build_history
 from omnigent.store import Store
 from protocol.history import chain
 
