@@ -42,20 +42,30 @@ MAX_BYTES = 64 * 1024 * 1024
 
 def cost(data: bytes) -> int:
     """What one item is counted as: its bytes, the decoded dict they stand for (a few times larger), its link."""
-    return 4 * len(data) + 100
+    return cost_of(len(data))
+
+
+def cost_of(length: int) -> int:
+    return 4 * length + 100
 
 
 @dataclass
 class _Entry:
     generation: int
     items: list[dict[str, Any]] = field(default_factory=list)
-    parts: list[bytes] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)     # each item's bytes
     links: list[bytes] = field(default_factory=list)
+    joined: bytearray = field(default_factory=bytearray)  # the items' bytes, comma-separated
     size: int = 0
+    truncations: int = 0  # a step's bytes (a prefix of `joined`) hold while this stays the same
 
     def truncate(self, count: int) -> None:
-        self.size -= sum(cost(data) for data in self.parts[count:])
-        del self.items[count:], self.parts[count:], self.links[count:]
+        if count >= len(self.items):
+            return
+        self.truncations += 1
+        self.size -= sum(cost_of(n) for n in self.sizes[count:])
+        del self.joined[sum(self.sizes[:count]) + max(count - 1, 0):]
+        del self.items[count:], self.sizes[count:], self.links[count:]
 
     def extend(self, items: list[dict[str, Any]]) -> None:
         current = self.links[-1] if self.links else ZERO
@@ -63,10 +73,13 @@ class _Entry:
             item = normalize_item(item)
             data = item_bytes(item)
             current = link(current, data)
+            if self.items:
+                self.joined += b","
+            self.joined += data
             self.items.append(item)
-            self.parts.append(data)
+            self.sizes.append(len(data))
             self.links.append(current)
-            self.size += cost(data)
+            self.size += cost_of(len(data))
 
 
 class HistoryCache:
@@ -115,7 +128,9 @@ class HistoryCache:
             self.bytes -= entry.size
 
     def _keep(self, session_id: str, entry: _Entry) -> EncodedItems:
-        history = EncodedItems(list(entry.items), list(entry.parts))  # the step's own: later steps extend the entry
+        cut = entry.truncations
+        # no copy of the bytes: later steps only append to them, unless they truncate (then re-encoded)
+        history = EncodedItems(entry.items, entry.joined, len(entry.joined), lambda: entry.truncations == cut)
         if entry.size > self.max_bytes:
             return history  # larger than the whole cache: used once, not kept
         self._entries[session_id] = entry

@@ -33,6 +33,7 @@ user messages merged, every `function_call` followed by its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from protocol.history import item_bytes
@@ -47,11 +48,25 @@ NO_WORKSPACE = "This session has no workspace, so file and shell tools are not a
 
 
 class EncodedItems(list):  # type: ignore[type-arg]
-    """Responses input items (normalized already) with each one's request bytes (`protocol.history.item_bytes`)."""
+    """Responses input items (normalized already) with their request bytes, comma-separated
+    (`protocol.history.item_bytes` each): the body's input array but for its brackets.
 
-    def __init__(self, items: list[dict[str, Any]], parts: list[bytes]) -> None:
+    The bytes are the first `length` of `joined`, a buffer the history cache goes on
+    appending to (which leaves them as they are); `unchanged()` says whether they still are
+    (a truncation since would not), else they are encoded again from the items."""
+
+    def __init__(self, items: list[dict[str, Any]], joined: bytes | bytearray, length: int | None = None,
+                 unchanged: Callable[[], bool] | None = None) -> None:
         super().__init__(items)
-        self.parts = parts
+        self._joined = joined
+        self._length = len(joined) if length is None else length
+        self._unchanged = unchanged
+
+    def joined(self) -> bytes | memoryview:
+        """The items' bytes, comma-separated; a view into the cache's buffer: use it at once."""
+        if self._unchanged is not None and not self._unchanged():
+            return b",".join(item_bytes(i) for i in self)
+        return memoryview(self._joined)[:self._length]
 
 
 def normalize_input(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -75,23 +90,15 @@ _RESPONSES_ORDER = ("model", "stream", "input", "instructions", "reasoning", "to
 def responses_body(kwargs: dict[str, Any]) -> bytes:
     """The JSON body `client.responses.create(**kwargs)` sends, with the input items' bytes joined in."""
     items = kwargs["input"]
-    parts = items.parts if isinstance(items, EncodedItems) else [item_bytes(i) for i in items]
-    pieces: list[bytes] = []  # joined once: the items' bytes are copied a single time
+    joined = items.joined() if isinstance(items, EncodedItems) else b",".join(item_bytes(i) for i in items)
+    pieces = [b"{"]  # joined once: the items' bytes are copied a single time
     for key in _RESPONSES_ORDER:
         if key not in kwargs:
             continue
-        pieces.append(b"," if pieces else b"{")
+        if len(pieces) > 1:
+            pieces.append(b",")
         pieces.append(item_bytes(key) + b":")
-        if key != "input":
-            pieces.append(item_bytes(kwargs[key]))
-        elif parts:
-            pieces.append(b"[")
-            for data in parts:
-                pieces.append(data)
-                pieces.append(b",")
-            pieces[-1] = b"]"
-        else:
-            pieces.append(b"[]")
+        pieces.extend((b"[", joined, b"]") if key == "input" else (item_bytes(kwargs[key]),))
     pieces.append(b"}")
     return b"".join(pieces)
 

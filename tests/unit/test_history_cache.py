@@ -39,14 +39,20 @@ def links_hex(items):
 def test_a_full_history_is_remembered_and_a_matching_prefix_extends_it():
     cache = HistoryCache()
     first = cache.remember("s", 1, ITEMS[:4])
-    assert list(first) == ITEMS[:4] and first.parts == [item_bytes(i) for i in ITEMS[:4]]
+    assert list(first) == ITEMS[:4] and bytes(first.joined()) == b",".join(item_bytes(i) for i in ITEMS[:4])
     got = cache.extend("s", 1, 4, links_hex(ITEMS[:4])[-1], ITEMS[4:])
-    assert got is not None and list(got) == ITEMS and got.parts == [item_bytes(i) for i in ITEMS]
+    assert got is not None and list(got) == ITEMS and bytes(got.joined()) == b",".join(item_bytes(i) for i in ITEMS)
     assert first == ITEMS[:4]  # what an earlier step was given is its own
+    assert bytes(first.joined()) == b",".join(item_bytes(i) for i in ITEMS[:4])
     # a shorter prefix of the copy (the server rewrote its tail): truncated, then extended
+    before = got
     again = cache.extend("s", 1, 2, links_hex(ITEMS)[1], [ITEMS[5]])
+    assert bytes(before.joined()) == b",".join(item_bytes(i) for i in ITEMS)  # re-encoded: truncated since
     assert list(again) == ITEMS[:2] + [ITEMS[5]]
-    assert cache.hits == 2 and cache.misses == 0
+    assert bytes(again.joined()) == b",".join(item_bytes(i) for i in ITEMS[:2] + [ITEMS[5]])
+    assert cache.bytes == sum(cost(item_bytes(i)) for i in ITEMS[:2] + [ITEMS[5]])
+    assert list(cache.extend("s", 1, 1, links_hex(ITEMS)[0], [])) == ITEMS[:1]
+    assert cache.hits == 3 and cache.misses == 0
 
 
 @pytest.mark.parametrize("case", ["unknown session", "other generation", "wrong link", "longer than the copy",
