@@ -24,6 +24,9 @@ from .history import answered, build_history, clean_item, closed, is_user, well_
 MAX_MEMO_BYTES = 64 * 1024 * 1024
 
 
+_ID_COST = 150
+
+
 def _cost(data: bytes) -> int:
     # the item's bytes, plus the decoded dict they came from (a few times larger), plus the link
     return 4 * len(data) + 100
@@ -159,6 +162,8 @@ class Histories:
         for item in new:
             memo.positions[item["id"]] = len(memo.ids)
             memo.ids.append(item["id"])
+        memo.cost += _ID_COST * len(new)  # every item read keeps its id and position
+        self.bytes += _ID_COST * len(new)
         memo.tail.extend(new)
         if new:
             memo.last_id = new[-1]["id"]
