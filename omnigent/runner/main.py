@@ -1,6 +1,7 @@
 """The runner process: dial the server, say hello, serve turns until told to stop.
 
-A runner holds no durable state; each TurnStart carries everything it needs.
+A runner holds no durable state; each TurnStart carries everything it needs
+(or only the new items of a history its cache holds: turns.py, history_cache.py).
 What this module owns is the process's lifetime: connecting (with patience
 while the server starts), the frame loop, and exiting promptly and cleanly
 when stdin reaches EOF (a dead supervisor leaves no orphan, G9) or on

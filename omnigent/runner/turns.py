@@ -115,7 +115,14 @@ class Turns:
                 f"duplicate {start.kind} ignored")
             return
         if isinstance(start, TurnStart):
-            full = self._full_history(start)
+            try:
+                full = self._full_history(start)
+            except Exception as exc:  # a cache bug must not take the receive loop down: it is only a cache
+                log(f"turn {start.turn_id}: the history cache failed ({one_line(exc)}); not using it")
+                self.histories.drop(start.session_id)
+                full = None if start.history_from else start
+                if full is None:
+                    self._send_soon(HistoryMiss(start.turn_id, start.attempt, start.step))
             if full is None:
                 return
             turn.start = full

@@ -5,7 +5,8 @@ A turn (one user message) is steps numbered 0, 1, 2 ... (`turn_steps`). A
 `TurnCompleted` or `TurnFailed`; a *tool step* is one `ToolStart(step=n)` for
 one `function_call` of the model step before it, answered by `ToolResult`.
 The runner is stateless: it runs one step at a time and never decides what
-comes next. The loop reads what to do next from the store alone
+comes next (what it keeps, each session's last history, is a verified cache:
+a step to it may carry only the new items, `_send_turn_start`). The loop reads what to do next from the store alone
 (`_next`), so a re-dispatch after a loss, an adoption after a server
 restart and a `/retry` all go on from the same place.
 

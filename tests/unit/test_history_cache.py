@@ -15,6 +15,7 @@ import json
 import httpx2
 import openai
 import pytest
+import trio
 
 from omnigent.runner.history_cache import HistoryCache, cost
 from omnigent.runner.wire import EncodedItems, create_response, normalize_input, responses_body
@@ -153,3 +154,27 @@ async def test_the_body_from_cached_bytes_is_the_one_the_sdk_writes():
         assert bodies[i] == bodies[i + 1]
     assert bodies[0][0] == bodies[2][0] == responses_body(_kwargs(ITEMS))
     assert isinstance(cached, EncodedItems)
+
+
+async def test_a_failing_cache_never_stops_a_step(monkeypatch):
+    import protocol as p
+    from omnigent.runner import turns as runner_turns
+
+    async def execute(start, emit, captured):
+        return p.TurnCompleted(start.turn_id, "resp_1", [])
+
+    turns = runner_turns.Turns(execute)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(turns.histories, "remember", broken)
+    monkeypatch.setattr(turns.histories, "extend", broken)
+    async with trio.open_nursery() as nursery:
+        turns.nursery = nursery
+        turns.start(p.TurnStart("turn_1", "s", 1, {}, ITEMS, "m"))  # in full: runs uncached
+        frame, _ = await turns.queued.receive()
+        assert isinstance(frame, p.TurnCompleted)
+        turns.start(p.TurnStart("turn_2", "s", 1, {}, ITEMS[4:], "m", history_from=4, history_hash="00"))
+        frame, owed = await turns.queued.receive()
+        assert frame == p.HistoryMiss("turn_2", 1, 0) and owed is None and len(turns) == 1
