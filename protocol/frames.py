@@ -333,7 +333,8 @@ class KillRunner(Frame):
 FRAME_TYPES: dict[str, type[Frame]] = {
     cls.kind: cls
     for cls in (
-        Hello, HelloAck, TurnStart, HistoryMiss, TurnEvent, TurnCompleted, TurnFailed, ToolStart, ToolResult, Cancel, Ping, Pong,
+        Hello, HelloAck, TurnStart, HistoryMiss, TurnEvent, TurnCompleted, TurnFailed, ToolStart, ToolResult, Cancel,
+        Ping, Pong,
         HostHello, HostHelloAck, RunnerCredential, RunnerLaunched, RunnerExited, RunnerOnline, LaunchRunner,
         LaunchResult, KillRunner,
     )

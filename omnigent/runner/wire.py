@@ -91,7 +91,7 @@ def responses_body(kwargs: dict[str, Any]) -> bytes:
     """The JSON body `client.responses.create(**kwargs)` sends, with the input items' bytes joined in."""
     items = kwargs["input"]
     joined = items.joined() if isinstance(items, EncodedItems) else b",".join(item_bytes(i) for i in items)
-    pieces = [b"{"]  # joined once: the items' bytes are copied a single time
+    pieces: list[bytes | memoryview] = [b"{"]  # joined once: the items' bytes are copied a single time
     for key in _RESPONSES_ORDER:
         if key not in kwargs:
             continue
