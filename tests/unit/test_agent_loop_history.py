@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 
+from protocol import events as ev
 from tests.support.fake_runners import RunnerScript, ToolScript, TurnScript, calls, open_harness
 
 TIMEOUT = 120
@@ -37,20 +38,36 @@ def _with_cache(script: RunnerScript, cache: int | None) -> RunnerScript:
 
 
 async def _scenario(tmp_path, scripts: Sequence[RunnerScript], prompts: int, cache: int | None,
-                    name: str) -> tuple[list[bytes], Any]:
-    """Run `prompts` turns; the whole histories the runners' harness got, as bytes, and the harness."""
+                    name: str, *, permissions: str = "auto") -> tuple[list[bytes], Any]:
+    """Run `prompts` turns; the whole histories the runners' harness got, as bytes, and the harness.
+
+    Under "ask", every even-numbered approval is allowed, every odd one denied, as they come."""
     path = tmp_path / name
     path.mkdir()
     scripts = [_with_cache(s, cache) for s in scripts]
     async with open_harness(path, scripts, default=_with_cache(RunnerScript(), cache)) as h:
         await h.online(1)
-        sid = h.new_session(spec={"tools": ["read_file"], "permissions": "auto"}, workspace=str(path))
+        sid = h.new_session(spec={"tools": ["read_file", "write_file"], "permissions": permissions},
+                            workspace=str(path))
+        h.nursery.start_soon(_answer_approvals, h, sid)
         for n in range(prompts):
             turn = h.post(sid, f"question {n}")
             await h.until_terminal(sid, turn["id"])
             await h.settle()
         got = [(t, json.dumps(start.input).encode()) for proc in h.processes for t, start in proc.turns_received]
         return _same_ids([body for _, body in sorted(got, key=lambda g: g[0])]), h
+
+
+async def _answer_approvals(h, sid: str) -> None:
+    watch, answered = h.watches[sid], 0
+    while True:
+        asked = [s.event for s in watch.seen if s.type == ev.APPROVAL_REQUESTED]
+        for event in asked[answered:]:
+            decision = "allow" if answered % 2 == 0 else "deny"
+            assert h.store.resolve_approval(event["approval_id"], decision, "test") is not None
+            h.turns.approval_answered(sid, event["approval_id"])
+            answered += 1
+        await watch.changed.wait()
 
 
 def _same_ids(bodies: list[bytes]) -> list[bytes]:
@@ -63,10 +80,10 @@ def _same_ids(bodies: list[bytes]) -> list[bytes]:
     return [_MINTED.sub(name, body) for body in bodies]
 
 
-async def _both_ways(tmp_path, scripts: Sequence[RunnerScript], prompts: int, cache: int = CACHE):
+async def _both_ways(tmp_path, scripts: Sequence[RunnerScript], prompts: int, cache: int = CACHE, **how: Any):
     with trio.fail_after(TIMEOUT):
-        plain, _ = await _scenario(tmp_path, scripts, prompts, None, "plain")
-        cached, h = await _scenario(tmp_path, scripts, prompts, cache, "cached")
+        plain, _ = await _scenario(tmp_path, scripts, prompts, None, "plain", **how)
+        cached, h = await _scenario(tmp_path, scripts, prompts, cache, "cached", **how)
     assert cached == plain  # the model gets exactly the same history, step by step
     return h
 
@@ -117,3 +134,14 @@ async def test_a_runner_that_does_not_announce_the_cache_gets_full_histories(aut
     with trio.fail_after(TIMEOUT):
         _, h = await _scenario(tmp_path, [RunnerScript()], 3, None, "plain")
     assert _raw(h) == [(0, 0, 0, 1), (0, 0, 0, 3), (0, 0, 0, 5)]
+
+
+async def test_approved_and_denied_calls_carry_their_outputs_as_deltas(autojump_clock, tmp_path):
+    write = ("write_file", '{"path": "x.txt", "content": "x"}')
+    script = RunnerScript(turns=(calls(write), TurnScript(text="wrote it"), calls(write), TurnScript(text="no")),
+                          tools=(ToolScript(output="written"),))
+    h = await _both_ways(tmp_path, [script], prompts=3, permissions="ask")
+    assert _raw(h) == [(0, 0, 0, 1), (0, 2, 1, 2), (0, 0, 3, 2), (0, 2, 5, 2), (0, 0, 7, 2)]
+    outputs = [i["output"] for i in h.processes[0].turns_received[-1][1].input
+               if i.get("type") == "function_call_output"]
+    assert outputs[0] == "written" and "not approved" in outputs[1]
