@@ -13,6 +13,7 @@ from .frames import (
     Frame,
     Hello,
     HelloAck,
+    HistoryMiss,
     HostHello,
     HostHelloAck,
     KillRunner,
@@ -37,7 +38,8 @@ from .frames import (
 
 __all__ = [
     "EVENT_TYPES", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "TERMINAL_EVENTS",
-    "Cancel", "Frame", "Hello", "HelloAck", "HostHello", "HostHelloAck", "KillRunner", "LaunchResult", "LaunchRunner",
+    "Cancel", "Frame", "Hello", "HelloAck", "HistoryMiss", "HostHello", "HostHelloAck", "KillRunner", "LaunchResult",
+    "LaunchRunner",
     "Ping", "Pong", "ProtocolError", "RunnerCredential", "RunnerExited", "RunnerLaunched", "RunnerOnline",
     "TOOL_STATUSES", "ToolResult", "ToolStart", "TurnCompleted", "TurnEvent", "TurnFailed", "TurnStart",
     "decode", "decode_event", "encode", "make_event",

@@ -49,6 +49,9 @@ class Hello(Frame):
     protocol_version: int
     harnesses: list[str]
     in_flight: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # what this runner can do beyond the version's baseline: "history_cache" (protocol/history.py):
+    # it keeps each session's last history, so a TurnStart may carry only the new items
+    features: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,24 @@ class TurnStart(Frame):
     # the session's workspace on the runner's host; None: no file or shell tools (the
     # model is told why). The tools offered are `agent["tools"]`.
     workspace: str | None = None
+    # incremental history (a runner whose hello announced "history_cache"): `input` holds the
+    # items after the first `history_from`, which the runner takes from its own copy of this
+    # session's history when that prefix's hash chain link (protocol/history.py, hex) is
+    # `history_hash`; otherwise it answers `HistoryMiss` and the server sends the step in full.
+    # 0: `input` is the whole history.
+    history_from: int = 0
+    history_hash: str = ""
+
+
+@dataclass(frozen=True)
+class HistoryMiss(Frame):
+    """Runner -> server: that TurnStart's `history_from` prefix is not (or no longer) the one it
+    holds; nothing ran, no model was called. The server sends the same step again in full."""
+
+    kind: ClassVar[str] = "history.miss"
+    turn_id: str
+    attempt: int
+    step: int
 
 
 @dataclass(frozen=True)
@@ -312,7 +333,8 @@ class KillRunner(Frame):
 FRAME_TYPES: dict[str, type[Frame]] = {
     cls.kind: cls
     for cls in (
-        Hello, HelloAck, TurnStart, TurnEvent, TurnCompleted, TurnFailed, ToolStart, ToolResult, Cancel, Ping, Pong,
+        Hello, HelloAck, TurnStart, HistoryMiss, TurnEvent, TurnCompleted, TurnFailed, ToolStart, ToolResult, Cancel,
+        Ping, Pong,
         HostHello, HostHelloAck, RunnerCredential, RunnerLaunched, RunnerExited, RunnerOnline, LaunchRunner,
         LaunchResult, KillRunner,
     )
@@ -328,8 +350,16 @@ def encode(frame: Frame) -> str:
     """
     data = {"kind": frame.kind}
     for name in _field_names(type(frame)):
-        data[name] = getattr(frame, name)
+        value = getattr(frame, name)
+        if name in _OMITTED_WHEN_EMPTY and not value:
+            continue  # a peer of before these fields reads the frame as it always did
+        data[name] = value
     return json.dumps(data, separators=(",", ":"))
+
+
+# Optional fields added without a version bump: left out at their default, so a runner or
+# server that predates them (strict decoding refuses unknown fields) still reads the frame.
+_OMITTED_WHEN_EMPTY = frozenset({"features", "history_from", "history_hash"})
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}

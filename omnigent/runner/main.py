@@ -1,6 +1,7 @@
 """The runner process: dial the server, say hello, serve turns until told to stop.
 
-A runner holds no durable state; each TurnStart carries everything it needs.
+A runner holds no durable state; each TurnStart carries everything it needs
+(or only the new items of a history its cache holds: turns.py, history_cache.py).
 What this module owns is the process's lifetime: connecting (with patience
 while the server starts), the frame loop, and exiting promptly and cleanly
 when stdin reaches EOF (a dead supervisor leaves no orphan, G9) or on
@@ -217,7 +218,8 @@ class Runner:
 
     async def _handshake(self, ws: WebSocketConnection) -> str:
         in_flight = self._turns.claims()
-        hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES), in_flight)
+        hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES), in_flight,
+                      features=list(self._turns.features))
         try:
             await ws.send_message(encode(hello))
             with trio.fail_after(HELLO_TIMEOUT):

@@ -38,7 +38,7 @@ from protocol import TurnCompleted, TurnEvent, TurnFailed, TurnStart
 from protocol import events as ev
 
 from ._log import one_line
-from .wire import chat_messages, chat_tools, instructions_for, normalize_input, responses_tools
+from .wire import chat_messages, chat_tools, create_response, instructions_for, normalize_input, responses_tools
 
 Emit = Callable[[TurnEvent], Awaitable[None]]
 Terminal = TurnCompleted | TurnFailed
@@ -135,7 +135,7 @@ async def respond(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Te
     tools = offered_tools(turn)
     if tools:
         kwargs["tools"] = responses_tools(tools)
-    stream = await client.responses.create(**kwargs)
+    stream = await create_response(client, kwargs)  # wire.py: the body from cached bytes
     answer = _Answer(turn, emit)
     received = 0
     terminal: Terminal | None = None

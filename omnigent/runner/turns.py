@@ -17,11 +17,19 @@ crash in a step becomes its failure frame and never touches the other turns;
 one step at a time per turn: a new one (another attempt, the next step)
 first waits for the old one to end; the same step sent twice (same turn,
 attempt, step and kind) runs once.
+
+Histories: a model step may carry only the items after a prefix of the
+session's history that this runner holds (`history_cache.py`, announced in
+the hello as `history_cache`). `start` rebuilds the full history before the
+step runs, so the harness always sees all of it; a prefix it does not hold
+is answered with `HistoryMiss` at once, nothing run and nothing owed, and
+the server sends the step again in full.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,9 +37,11 @@ from typing import Any
 
 import trio
 
-from protocol import Frame, ToolResult, ToolStart, TurnCompleted, TurnFailed, TurnStart
+from protocol import Frame, HistoryMiss, ToolResult, ToolStart, TurnCompleted, TurnFailed, TurnStart
+from protocol.history import HISTORY_CACHE
 
 from ._log import log, one_line
+from .history_cache import HistoryCache
 from .tool_steps import cancelled_result, crashed_result
 
 # frames held while no connection is up (a turn waits when it is full): a long answer's deltas
@@ -84,6 +94,9 @@ class Turns:
         self._owed: dict[str, _Turn] = {}      # turn id -> the attempt whose end is not yet sent
         self._outbox, self.queued = trio.open_memory_channel[tuple[Frame, "_Turn | None"]](OUTBOX_SIZE)
         self.nursery: trio.Nursery | None = None  # outlives connections: set while the runner serves
+        self.histories = HistoryCache()
+        # what the hello announces; OMNIGENT_HISTORY_CACHE=0: not the cache (every step comes in full)
+        self.features = [] if os.environ.get("OMNIGENT_HISTORY_CACHE") == "0" else [HISTORY_CACHE]
 
     def __len__(self) -> int:
         """How many turns are owed an end (running, or their end not yet sent)."""
@@ -101,9 +114,48 @@ class Turns:
             log(f"turn {start.turn_id} step {start.step} ({turn.kind}) is already running here: "
                 f"duplicate {start.kind} ignored")
             return
+        if isinstance(start, TurnStart):
+            try:
+                full = self._full_history(start)
+            except Exception as exc:  # a cache bug must not take the receive loop down: it is only a cache
+                log(f"turn {start.turn_id}: the history cache failed ({one_line(exc)}); not using it")
+                self.histories.drop(start.session_id)
+                full = None if start.history_from else start
+                if full is None:
+                    self._send_soon(HistoryMiss(start.turn_id, start.attempt, start.step))
+            if full is None:
+                return
+            turn.start = full
         self._running[start.turn_id] = self._owed[start.turn_id] = turn
         assert self.nursery is not None
         self.nursery.start_soon(self._run, turn, old)
+
+    def _full_history(self, start: TurnStart) -> TurnStart | None:
+        """The step with its whole history, from the cache when it carries only the new items.
+
+        None: the cache does not hold the prefix named; `HistoryMiss` is on its way."""
+        if not start.history_from:
+            items = self.histories.remember(start.session_id, start.generation, start.input)
+        else:
+            found = self.histories.extend(start.session_id, start.generation, start.history_from,
+                                          start.history_hash, start.input)
+            if found is None:
+                log(f"turn {start.turn_id} step {start.step}: the history prefix of {start.history_from} items "
+                    "is not the one held here; asking for it in full")
+                self._send_soon(HistoryMiss(start.turn_id, start.attempt, start.step))
+                return None
+            items = found
+            log(f"turn {start.turn_id} step {start.step}: {len(start.input)} new history items sent, "
+                f"{start.history_from} from the cache")
+        return dataclasses.replace(start, input=items, history_from=0, history_hash="")
+
+    def _send_soon(self, frame: Frame) -> None:
+        """Queue a frame that ends nothing (owed by no step)."""
+        try:
+            self._outbox.send_nowait((frame, None))
+        except trio.WouldBlock:
+            assert self.nursery is not None
+            self.nursery.start_soon(self._outbox.send, (frame, None))
 
     def cancel(self, turn_id: str) -> None:
         turn = self._running.get(turn_id)

@@ -23,11 +23,20 @@ user messages merged, every `function_call` followed by its
 - `responses_tools` / `chat_tools`: the neutral tool definitions
   (`omnigent.tools.definitions`) in each API's shape, built the same way
   every time so a repeated model step sends a byte-identical body.
+- `create_response`: the Responses request, through the openai client, with
+  its JSON body written here: the bytes the SDK itself would write (same
+  key order, same JSON settings; a unit test compares them), but the input
+  items spliced in as bytes already encoded (`EncodedItems`, kept per
+  session by `history_cache.py`), so a long history costs a join, not the
+  SDK's per-item transform and encoding.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from protocol.history import item_bytes
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _OMNIGENT_FIELDS = ("response_id", "created_at", "turn_id")
@@ -38,9 +47,73 @@ _CHAT_ROLES = ("user", "assistant", "system", "developer")
 NO_WORKSPACE = "This session has no workspace, so file and shell tools are not available."
 
 
+class EncodedItems(list):  # type: ignore[type-arg]
+    """Responses input items (normalized already) with their request bytes, comma-separated
+    (`protocol.history.item_bytes` each): the body's input array but for its brackets.
+
+    The bytes are the first `length` of `joined`, a buffer the history cache goes on
+    appending to (which leaves them as they are); `unchanged()` says whether they still are
+    (a truncation since would not), else they are encoded again from the items."""
+
+    def __init__(self, items: list[dict[str, Any]], joined: bytes | bytearray, length: int | None = None,
+                 unchanged: Callable[[], bool] | None = None) -> None:
+        super().__init__(items)
+        self._joined = joined
+        self._length = len(joined) if length is None else length
+        self._unchanged = unchanged
+
+    def joined(self) -> bytes | memoryview:
+        """The items' bytes, comma-separated; a view into the cache's buffer: use it at once."""
+        if self._unchanged is not None and not self._unchanged():
+            return b",".join(item_bytes(i) for i in self)
+        return memoryview(self._joined)[:self._length]
+
+
 def normalize_input(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The history as Responses API input: the items as received, without omnigent's fields."""
-    return [{k: v for k, v in item.items() if k not in _OMNIGENT_FIELDS} for item in items]
+    if isinstance(items, EncodedItems):
+        return items  # normalized when it was cached
+    return [normalize_item(item) for item in items]
+
+
+def normalize_item(item: dict[str, Any]) -> dict[str, Any]:
+    if not any(k in item for k in _OMNIGENT_FIELDS):
+        return item
+    return {k: v for k, v in item.items() if k not in _OMNIGENT_FIELDS}
+
+
+# The order `openai.resources.responses.AsyncResponses.create` builds its body in, for the keys
+# the harness passes (any other key: the SDK's own call).
+_RESPONSES_ORDER = ("model", "stream", "input", "instructions", "reasoning", "tools")
+
+
+def responses_body(kwargs: dict[str, Any]) -> bytes:
+    """The JSON body `client.responses.create(**kwargs)` sends, with the input items' bytes joined in."""
+    items = kwargs["input"]
+    joined = items.joined() if isinstance(items, EncodedItems) else b",".join(item_bytes(i) for i in items)
+    pieces: list[bytes | memoryview] = [b"{"]  # joined once: the items' bytes are copied a single time
+    for key in _RESPONSES_ORDER:
+        if key not in kwargs:
+            continue
+        if len(pieces) > 1:
+            pieces.append(b",")
+        pieces.append(item_bytes(key) + b":")
+        pieces.extend((b"[", joined, b"]") if key == "input" else (item_bytes(kwargs[key]),))
+    pieces.append(b"}")
+    return b"".join(pieces)
+
+
+async def create_response(client: Any, kwargs: dict[str, Any]) -> Any:
+    """`client.responses.create(**kwargs)` (streaming), the body written by `responses_body`."""
+    if set(kwargs) - set(_RESPONSES_ORDER) or kwargs.get("stream") is not True:
+        return await client.responses.create(**kwargs)
+    from openai import AsyncStream
+    from openai._base_client import make_request_options
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    return await client.post("/responses", content=responses_body(kwargs), cast_to=Response, stream=True,
+                             stream_cls=AsyncStream[ResponseStreamEvent],
+                             options=make_request_options(security={"bearer_auth": True}))
 
 
 def responses_tools(definitions: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -5,7 +5,8 @@ A turn (one user message) is steps numbered 0, 1, 2 ... (`turn_steps`). A
 `TurnCompleted` or `TurnFailed`; a *tool step* is one `ToolStart(step=n)` for
 one `function_call` of the model step before it, answered by `ToolResult`.
 The runner is stateless: it runs one step at a time and never decides what
-comes next. The loop reads what to do next from the store alone
+comes next (what it keeps, each session's last history, is a verified cache:
+a step to it may carry only the new items, `_send_turn_start`). The loop reads what to do next from the store alone
 (`_next`), so a re-dispatch after a loss, an adoption after a server
 restart and a `/retry` all go on from the same place.
 
@@ -42,10 +43,11 @@ import trio
 
 import protocol as p
 from protocol import events as ev
+from protocol.history import HISTORY_CACHE, ZERO
 
 from ..store import Store
 from .approval_waits import SIDE_EFFECTING, ToolGate
-from .history import build_history
+from .histories import Built, Histories, SentHistory, sent_base
 from .hub import EventHub
 from .outcomes import Outcomes
 from .registry import RunnerConn
@@ -116,6 +118,7 @@ class AgentLoop:
         self._has_moved = has_moved
         self._moved_done = moved_done
         self._captured: dict[tuple[str, str], list[str]] = {}  # (turn, call) -> output, this server's life
+        self.histories = Histories()  # each session's history, built from what is new since its last step
 
     # --- the loop -------------------------------------------------------------------
 
@@ -194,22 +197,58 @@ class AgentLoop:
 
     async def _model_step(self, t: LoopTurn, n: int) -> str | None:
         self.store.begin_step(t.session_id, t.turn_id, n, "model", attempt=t.attempt)
-        model = t.conv.get("model_override") or t.spec.get("model") or ""
-        try:
-            await t.conn.send(p.TurnStart(
-                turn_id=t.turn_id, session_id=t.session_id, attempt=t.attempt, agent=t.spec,
-                input=self.history(t), model=model,
-                reasoning_effort=t.conv.get("reasoning_effort") or t.spec.get("reasoning_effort"),
-                generation=t.generation, step=n, workspace=t.conv.get("workspace"),
-            ))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
+        built = self.histories.build(self.store, t.session_id, t.input_item_id, t.turn_id)
+        if not await self._send_turn_start(t, n, built, incremental=True):
             return "lost"
-        return await self._model_answer(t, n)
+        return await self._model_answer(t, n, built)
 
-    async def _model_answer(self, t: LoopTurn, n: int) -> str | None:
-        frame = await self._follow(t, (p.TurnCompleted, p.TurnFailed))
-        if isinstance(frame, str):
-            return frame
+    async def _send_turn_start(self, t: LoopTurn, n: int, built: Built, *, incremental: bool) -> bool:
+        """One model step's TurnStart: only what is new to a runner that holds the rest (False: it is gone).
+
+        A runner whose hello announced `history_cache` keeps each session's
+        last history (runner/history_cache.py); what this connection was sent
+        is `conn.histories` (under the session's generation, so a rebinding
+        sends in full). The model gets the same full history either way: the
+        runner rebuilds it, and answers `HistoryMiss` when its copy is not the
+        one named (then `_model_answer` sends the step again in full)."""
+        conn = t.conn
+        cached = HISTORY_CACHE in conn.features
+        base = sent_base(built, conn.histories.get(t.session_id), t.generation) if cached and incremental else 0
+        model = t.conv.get("model_override") or t.spec.get("model") or ""
+        frame = p.TurnStart(
+            turn_id=t.turn_id, session_id=t.session_id, attempt=t.attempt, agent=t.spec,
+            input=built.items[base:], model=model,
+            reasoning_effort=t.conv.get("reasoning_effort") or t.spec.get("reasoning_effort"),
+            generation=t.generation, step=n, workspace=t.conv.get("workspace"),
+            history_from=base, history_hash=built.links[base - 1].hex() if base else "",
+        )
+        if cached:
+            conn.histories[t.session_id] = SentHistory(t.generation, len(built.items),
+                                                       built.links[-1] if built.links else ZERO,
+                                                       built.settled, built.epoch)
+        try:
+            await conn.send(frame)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return False
+        return True
+
+    async def _model_answer(self, t: LoopTurn, n: int, built: Built | None = None) -> str | None:
+        while True:
+            frame = await self._follow(t, (p.TurnCompleted, p.TurnFailed, p.HistoryMiss))
+            if isinstance(frame, str):
+                return frame
+            if not isinstance(frame, p.HistoryMiss):
+                break
+            if frame.attempt != t.attempt or frame.step != n:
+                continue  # about a TurnStart of before: that one is long answered
+            # the runner's copy is not the one named, and it called no model: the same step in full
+            log.info("turn %s step %d: runner %s does not hold the history named; sent in full",
+                     t.turn_id, n, t.runner_id)
+            t.conn.histories.pop(t.session_id, None)
+            if built is None:
+                built = self.histories.build(self.store, t.session_id, t.input_item_id, t.turn_id)
+            if not await self._send_turn_start(t, n, built, incremental=False):
+                return "lost"
         if isinstance(frame, p.TurnFailed):
             if frame.code == "cancelled":
                 self.store.end_step(t.turn_id, n, "cancelled", error="cancelled")
@@ -421,7 +460,7 @@ class AgentLoop:
 
     def history(self, t: LoopTurn) -> list[dict[str, Any]]:
         """The model's input for the next step: the conversation up to the turn's message, then its steps."""
-        return build_history(self.store.list_items(t.session_id), t.input_item_id, turn_id=t.turn_id)
+        return self.histories.build(self.store, t.session_id, t.input_item_id, t.turn_id).items
 
     def _captured_output(self, t: Any, call_id: str) -> str:
         """What the tool streamed before its runner stopped: kept in memory, else read back from the log."""

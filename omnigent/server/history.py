@@ -42,13 +42,15 @@ The rules (the same for every harness and for items stored by any release):
   `{type, call_id, output}` only. Its stored status (`interrupted`,
   `cancelled`, `not_run`) is not an API status; its output text says it.
 
-Pure functions over plain dicts: no store, no I/O, so the rules are unit
-tested directly and over a store of the previous release.
+The rules are pure functions over plain dicts, unit tested directly and
+over a store of the previous release. `histories.Histories` applies them
+incrementally, so a model step costs what is new since the last one, not
+the conversation's length.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 # What omnigent adds to an item; never part of what an endpoint returned.
@@ -62,27 +64,38 @@ NO_ANSWER = "(no answer: the turn ended after these tool results)"
 
 
 def build_history(items: Iterable[dict[str, Any]], input_item_id: str | None,
-                  turn_id: str | None = None) -> list[dict[str, Any]]:
+                  turn_id: str | None = None, *, turn_items: Collection[str] | None = None) -> list[dict[str, Any]]:
     """The model's input for the turn whose user message is `input_item_id` (None: all items).
 
-    With `turn_id`, the items of that turn stored after its message come too,
-    up to the next user message (which starts another turn); an item that
-    carries another `turn_id` is left out, one that carries none is taken as
-    the turn's (items stored between its message and the next are its own:
-    a later message joins the conversation only once this turn has ended)."""
+    `turn_items` are the ids of the items the turn's steps stored
+    (`Store.list_turn_items`): those stored after its message come too, and
+    nothing else stored after it. Without it but with `turn_id` (items that
+    carry their turn, as in tests), the items after the message up to the
+    next user message come, but for those that carry another `turn_id`."""
+    return closed(answered(well_formed(clean_item(item) for item in select(items, input_item_id, turn_id,
+                                                                           turn_items))))
+
+
+def select(items: Iterable[dict[str, Any]], input_item_id: str | None, turn_id: str | None = None,
+           turn_items: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The stored items a turn's history is built from, in order (see `build_history`)."""
     upto = []
     items = iter(items)
     for item in items:
         upto.append(item)
         if item.get("id") == input_item_id:
             break
-    if turn_id is not None and input_item_id is not None:
+    if input_item_id is None:
+        return upto
+    if turn_items is not None:
+        upto.extend(item for item in items if item.get("id") in turn_items)
+    elif turn_id is not None:
         for item in items:
-            if _is_user(item):
+            if is_user(item):
                 break
             if item.get("turn_id", turn_id) == turn_id:
                 upto.append(item)
-    return closed(answered(well_formed(clean_item(item) for item in upto)))
+    return upto
 
 
 def clean_item(item: dict[str, Any]) -> dict[str, Any] | None:
@@ -103,10 +116,13 @@ def clean_item(item: dict[str, Any]) -> dict[str, Any] | None:
     return {k: v for k, v in item.items() if k not in OMNIGENT_FIELDS}
 
 
-def answered(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every function_call followed (after its step's calls) by an output; outputs without a call dropped."""
-    outputs = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
-    calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+def answered(items: list[dict[str, Any]], calls: Collection[Any] = (),
+             outputs: Collection[Any] = ()) -> list[dict[str, Any]]:
+    """Every function_call followed (after its step's calls) by an output; outputs without a call dropped.
+
+    `calls` and `outputs`: call ids of the items before these (`Histories`' settled part)."""
+    outputs = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}.union(outputs)
+    calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}.union(calls)
     out: list[dict[str, Any]] = []
     unanswered: list[str] = []
     for item in items:
@@ -123,13 +139,17 @@ def answered(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def closed(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An assistant message between tool results and a user message that follows them directly."""
+def closed(items: list[dict[str, Any]], before: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """An assistant message between tool results and a user message that follows them directly.
+
+    `before`: the item sent before these, if any."""
     out: list[dict[str, Any]] = []
+    last = before
     for item in items:
-        if _is_user(item) and out and out[-1].get("type") == "function_call_output":
+        if is_user(item) and last is not None and last.get("type") == "function_call_output":
             out.append({"type": "message", "role": "assistant", "content": NO_ANSWER})
         out.append(item)
+        last = item
     return out
 
 
@@ -143,7 +163,7 @@ def well_formed(items: Iterable[dict[str, Any] | None]) -> list[dict[str, Any]]:
     for item in items:
         if item is None:
             continue
-        if _is_user(item) and out and _is_user(out[-1]):
+        if is_user(item) and out and is_user(out[-1]):
             out[-1] = {"role": "user", "content": merge_content(out[-1].get("content"), item.get("content"))}
         else:
             out.append(item)
@@ -163,7 +183,7 @@ def message_text(item: dict[str, Any]) -> str:
     return _parts_text(_parts(item.get("content")))
 
 
-def _is_user(item: dict[str, Any]) -> bool:
+def is_user(item: dict[str, Any]) -> bool:
     return item.get("role") == "user" and item.get("type", "message") == "message"
 
 
@@ -179,3 +199,4 @@ def _is_text_part(part: Any) -> bool:
 
 def _parts_text(parts: list[Any]) -> str:
     return "".join(p["text"] for p in parts if _is_text_part(p))
+

@@ -124,7 +124,7 @@ class Placement:
             self.registry.notify_changed()  # workers waiting in runner_for re-read their binding
 
     def _affinity(self, session_id: str) -> Affinity:
-        conv = self.store.get_conversation(session_id) or {}
+        conv = self.store.get_conversation(session_id, counts=False) or {}
         return Affinity(self.store.conversation_host(session_id), conv.get("workspace"))
 
     def _eligible(self, session_id: str, loads: dict[str, _Load]) -> dict[str, _Load]:
@@ -160,7 +160,7 @@ class Placement:
 
     async def _find_runner(self, session_id: str) -> RunnerConn:
         while True:
-            conv = self.store.get_conversation(session_id)
+            conv = self.store.get_conversation(session_id, counts=False)
             bound = conv.get("runner_id") if conv else None
             if bound and bound in self.registry.online:
                 return self.registry.online[bound]

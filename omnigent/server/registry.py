@@ -55,6 +55,9 @@ class RunnerConn:
     gone: bool = False       # dropped from the registry
     # turns it was told to cancel (refused, or moved away): their frames are dropped up to their end
     draining: set[str] = field(default_factory=set)
+    features: frozenset[str] = frozenset()  # what its hello announced (protocol/history.py: history_cache)
+    # session -> what this connection was last sent of its history (server/history.py SentHistory)
+    histories: dict[str, Any] = field(default_factory=dict)
     _beat: trio.Event = field(default_factory=trio.Event, repr=False)
 
     def alive(self) -> None:

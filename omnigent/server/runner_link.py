@@ -79,7 +79,7 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport,
         return
     outbox, outgoing = trio.open_memory_channel[p.Frame](256)
     conn = RunnerConn(hello.runner_id, hello.pid, list(hello.harnesses), outbox,
-                      explicit=credential["kind"] == "explicit")
+                      explicit=credential["kind"] == "explicit", features=frozenset(hello.features))
     if not await _claim_id(state, conn):
         log.warning("runner %s: refused a second connection while the first answers", runner_id)
         await transport.close(ID_IN_USE, "this runner id is online on another connection")
@@ -167,10 +167,10 @@ async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nurser
             frame = p.decode(await transport.receive())
             if isinstance(frame, p.Pong):
                 conn.alive()
-            elif isinstance(frame, (p.TurnEvent, p.TurnCompleted, p.TurnFailed, p.ToolResult)):
+            elif isinstance(frame, (p.TurnEvent, p.TurnCompleted, p.TurnFailed, p.ToolResult, p.HistoryMiss)):
                 conn.alive()  # any frame proves it is alive
                 if frame.turn_id in draining:  # a refused turn: nothing of it is stored or published
-                    if not isinstance(frame, p.TurnEvent):  # its end (TurnCompleted/TurnFailed/ToolResult)
+                    if not isinstance(frame, (p.TurnEvent, p.HistoryMiss)):  # its end (TurnCompleted/...)
                         draining.discard(frame.turn_id)
                     continue
                 conn.route(frame.turn_id, frame)

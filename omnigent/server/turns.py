@@ -214,7 +214,7 @@ class TurnService:
         self.registry.notify_changed()  # a turn waiting for a runner re-reads the binding
         active = self._active.get(session_id)
         if active is not None:
-            conv = self.store.get_conversation(session_id) or {}
+            conv = self.store.get_conversation(session_id, counts=False) or {}
             if conv.get("runner_id") != active.runner_id:
                 self._moved.add(session_id)
                 active.conn.route(active.turn_id, MOVED)  # wakes the follower, which refuses the rest
@@ -394,7 +394,7 @@ class TurnService:
 
     async def _attempt(self, session_id: str, turn_id: str, conn: RunnerConn) -> str:
         """Dispatch one attempt to `conn` and run the turn's steps on it: completed, failed, lost or moved."""
-        conv = self.store.get_conversation(session_id) or {}  # gone: run with no spec, fail cleanly
+        conv = self.store.get_conversation(session_id, counts=False) or {}  # gone: fail cleanly
         generation = int(conv.get("generation") or 0)
         with self.hub.transaction(session_id) as tx:  # the attempt and its events commit together (events)
             turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid(), generation=generation)
@@ -405,7 +405,7 @@ class TurnService:
     async def _follow(self, session_id: str, turn_id: str, conn: RunnerConn,
                       frames: trio.MemoryReceiveChannel[Any], *, adopted: bool = True) -> str:
         """Run the turn's steps on `conn` (an attempt dispatched here, or one its runner claimed)."""
-        conv = self.store.get_conversation(session_id) or {}
+        conv = self.store.get_conversation(session_id, counts=False) or {}
         spec = self.store.session_spec(session_id) if conv else {}
         turn = self.store.get_turn(turn_id) or {}
         host_policy = self.registry.host_permissions(self.registry.host_of(conn.runner_id))
@@ -425,6 +425,6 @@ class TurnService:
         """The session's generation is no longer the one this attempt runs under (rebound elsewhere)."""
         if session_id in self._moved:
             return True
-        conv = self.store.get_conversation(session_id) or {}
+        conv = self.store.get_conversation(session_id, counts=False) or {}
         turn = self.store.get_turn(turn_id) or {}
         return int(conv.get("generation") or 0) != int(turn.get("generation") or 0)

@@ -20,15 +20,19 @@ from . import ids
 from ._base import ANY, CONVERSATION_FIELDS, KIND_DEFAULT, KIND_SUB_AGENT, PERMISSION_MODES, Tables, _Any
 from .errors import NotFoundError
 
-_CONVERSATION_SELECT = """
+_CONVERSATION_COLUMNS = """
     SELECT c.id, c.kind, c.created_at, c.updated_at, c.title, c.agent_id,
            a.name AS agent_name, c.runner_id, c.reasoning_effort,
            c.model_override, c.workspace, c.generation, c.permission_mode, c.next_position AS item_count,
-           c.forked_from, c.forked_at_item,
-           (SELECT COUNT(*) FROM conversation_items i
-             WHERE i.conversation_id = c.id AND i.type = 'message') AS message_count
+           c.forked_from, c.forked_at_item"""
+_CONVERSATION_FROM = """
     FROM conversations c LEFT JOIN agents a ON a.id = c.agent_id
 """
+_CONVERSATION_SELECT = _CONVERSATION_COLUMNS + """,
+           (SELECT COUNT(*) FROM conversation_items i
+             WHERE i.conversation_id = c.id AND i.type = 'message') AS message_count""" + _CONVERSATION_FROM
+# without message_count, whose count reads every item: for the turn dispatch, several times a step
+_CONVERSATION_ROW = _CONVERSATION_COLUMNS + _CONVERSATION_FROM
 
 
 class ConversationsMixin(Tables):
@@ -65,8 +69,9 @@ class ConversationsMixin(Tables):
                        SELECT ?, spec, NULL, ? FROM agents WHERE id = ?""", [conv_id, now, agent_id])
         return self.get_conversation(conv_id)  # type: ignore[return-value]
 
-    def get_conversation(self, conv_id: str) -> dict | None:
-        return self._one(_CONVERSATION_SELECT + " WHERE c.id = ?", [conv_id])
+    def get_conversation(self, conv_id: str, *, counts: bool = True) -> dict | None:
+        """The conversation's row; `counts=False` leaves out `message_count` (O(items) to count)."""
+        return self._one((_CONVERSATION_SELECT if counts else _CONVERSATION_ROW) + " WHERE c.id = ?", [conv_id])
 
     def list_conversations(
         self,

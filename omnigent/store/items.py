@@ -77,7 +77,7 @@ class ItemsMixin(Tables):
         # the turn's next output slot: after the items of its earlier steps (store/steps.py)
         return self._scalar(
             "SELECT COALESCE(MAX(output_index) + 1, 0) FROM conversation_items WHERE conversation_id = ? "
-            "AND turn_id = ?", [conv_id, turn_id])
+            "AND turn_id = ? AND output_index IS NOT NULL", [conv_id, turn_id])  # the index's own condition
 
     def append_item(
         self,
@@ -156,9 +156,16 @@ class ItemsMixin(Tables):
         return [_item(r) for r in self.conn.execute(sql, params)]
 
     def list_turn_items(self, conv_id: str, turn_id: str) -> list[dict]:
-        """The items a turn's steps stored (its output), in position order, in wire form (one query)."""
+        """The items a turn's steps stored (its output), in position order, in wire form.
+
+        Read from the turn's message on (its items come after it) along the position index, so the
+        cost is the turn's, not the conversation's: the agent loop asks on every step."""
+        start = self._scalar(  # (a scalar subquery in the range would not seek: it scans)
+            "SELECT i.position FROM turns t JOIN conversation_items i"
+            " ON i.conversation_id = t.conversation_id AND i.id = t.input_item_id WHERE t.id = ?", [turn_id])
         return [_item(r) for r in self.conn.execute(
-            f"{_ITEM_SELECT} WHERE conversation_id = ? AND turn_id = ? ORDER BY position", [conv_id, turn_id])]
+            f"{_ITEM_SELECT} WHERE conversation_id = ? AND turn_id = ? AND position >= ? ORDER BY position",
+            [conv_id, turn_id, start or 0])]
 
     def count_items(self, conv_id: str) -> int:
         return self._scalar("SELECT COUNT(*) FROM conversation_items WHERE conversation_id = ?", [conv_id])

@@ -223,7 +223,8 @@ async def test_hello_then_a_streamed_turn(spawn, server, llm):
     assert conn.path == f"/v1/runners/{runner.runner_id}/ws"
     assert conn.headers["authorization"] == f"Bearer {TOKEN}"
     hello = await conn.handshake()
-    assert hello == Hello(runner.runner_id, runner.proc.pid, PROTOCOL_VERSION, ["openai-agents", "openai-chat"])
+    assert hello == Hello(runner.runner_id, runner.proc.pid, PROTOCOL_VERSION, ["openai-agents", "openai-chat"],
+                          features=["history_cache"])
 
     turn = make_turn(text="say hello")
     frames = await conn.turn(turn)

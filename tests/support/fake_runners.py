@@ -20,6 +20,7 @@ Only the runner processes are fake:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import signal
@@ -35,6 +36,7 @@ import trio.testing
 import protocol as p
 from omnigent.host.pool import Host
 from omnigent.link.memory import LinkEnd, memory_link
+from omnigent.runner.history_cache import HistoryCache
 from omnigent.server.hub import EventHub
 from omnigent.server.registry import RunnerRegistry
 from omnigent.server.runner_link import serve_runner
@@ -43,6 +45,7 @@ from omnigent.server.state import ServerState
 from omnigent.server.turns import TurnService
 from omnigent.store import Store
 from protocol import events as ev
+from protocol.history import HISTORY_CACHE
 from supervisor import Event, RestartPolicy, Supervisor
 
 SIGKILL, SIGTERM = int(signal.SIGKILL), int(signal.SIGTERM)
@@ -119,6 +122,9 @@ class RunnerScript:
     log_line: str = ""                   # written to its log before it exits at start
     hello_after: float = 0.0
     hang_after: float | None = None      # stop answering anything this long after hello, busy or not
+    # announce "history_cache" and keep histories in the runner's real cache of this many bytes
+    # (0: nothing fits, every incremental step misses); None: a runner that does not announce it
+    history_cache: int | None = None
 
     def turn(self, index: int) -> TurnScript:
         return self.turns[index] if index < len(self.turns) else self.default_turn
@@ -224,7 +230,9 @@ class FakeRunnerProcess:
         self.stdin_closed_at: float | None = None
         self.hung = False
         self.lingering = False  # the connection outlives the process (see TurnScript "exit_linger")
-        self.turns_received: list[tuple[float, p.TurnStart]] = []
+        self.turns_received: list[tuple[float, p.TurnStart]] = []  # with the whole history (as the harness gets it)
+        self.raw_turns: list[p.TurnStart] = []  # as they came (history_from > 0: only the new items)
+        self.history = HistoryCache(script.history_cache) if script.history_cache is not None else None
         self.tools_received: list[tuple[float, p.ToolStart]] = []  # previews included
         self._running_tools: dict[str, tuple[str, trio.CancelScope, list[str]]] = {}  # turn -> (call, scope, out)
         self.sent: list[tuple[float, p.Frame]] = []
@@ -309,7 +317,8 @@ class FakeRunnerProcess:
             try:
                 await trio.sleep(self.script.hello_after)
                 self._send(p.Hello(runner_id=self.runner_id, pid=self.pid,
-                                   protocol_version=p.PROTOCOL_VERSION, harnesses=["fake"]))
+                                   protocol_version=p.PROTOCOL_VERSION, harnesses=["fake"],
+                                   features=[HISTORY_CACHE] if self.history is not None else []))
                 ack = p.decode(await self._in.receive())
                 if not isinstance(ack, p.HelloAck):
                     raise AssertionError(f"expected hello.ack, got {ack!r}")
@@ -324,6 +333,10 @@ class FakeRunnerProcess:
                         if isinstance(frame, p.Ping):
                             self._send(p.Pong(ts=frame.ts))
                         elif isinstance(frame, p.TurnStart):
+                            self.raw_turns.append(frame)
+                            frame = self._whole_history(frame)
+                            if frame is None:
+                                continue
                             turns.start_soon(self._turn, frame, self.script.turn(count))
                             count += 1
                         elif isinstance(frame, p.ToolStart):
@@ -347,6 +360,22 @@ class FakeRunnerProcess:
                 self._die(0)  # the server closed the connection: a real runner exits 0
             except* (trio.ClosedResourceError, trio.BrokenResourceError, trio.EndOfChannel):
                 pass  # its connection was cut while it was dying
+
+    def _whole_history(self, start: p.TurnStart) -> p.TurnStart | None:
+        """What the real runner does (runner/turns.py): the whole history, or HistoryMiss."""
+        if self.history is None:
+            assert not start.history_from, "an incremental history for a runner that never asked for one"
+            return start
+        if not start.history_from:
+            items = self.history.remember(start.session_id, start.generation, start.input)
+        else:
+            found = self.history.extend(start.session_id, start.generation, start.history_from,
+                                        start.history_hash, start.input)
+            if found is None:
+                self._send(p.HistoryMiss(start.turn_id, start.attempt, start.step))
+                return None
+            items = found
+        return dataclasses.replace(start, input=list(items), history_from=0, history_hash="")
 
     async def _turn(self, start: p.TurnStart, script: TurnScript) -> None:
         self.turns_received.append((trio.current_time(), start))
