@@ -90,6 +90,11 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
     the prompt (`git diff | omnigent run reviewer.yaml -p "review this"`);
     `-p -` reads the prompt itself from stdin.
     """
+    early = None
+    if server_url is None and not no_session:  # perf-start: it imports openai while the tree is built
+        from .tree.early import start as start_early
+
+        early = start_early()
     from .agents import SpecError, bundle_from_spec, load_spec, resolve_auth
 
     if output_format is not None and prompt is None:
@@ -117,7 +122,6 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
             raise click.ClickException("--no-session is not supported with --server; the uploaded agent "
                                        "is already scoped to the CLI session.")
         server_url = _check_server_url(server_url)
-
     try:
         spec = load_spec(agent, model=model, harness=harness, system_prompt=system_prompt)
         auth = resolve_auth(spec, os.environ)
@@ -199,7 +203,7 @@ def run(agent: Path, model, harness, system_prompt, prompt, resume, resume_lates
                 extra["permission_mode"] = permission_mode
         code = trio.run(started(partial(run_tree, db_path, make_front, handle_sigint=one_shot, runners=1,
                                         spares=0 if one_shot else 1, spare_gate=spare_gate, tuning=tuning,
-                                        **extra)))
+                                        early=early, **extra)))
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -418,6 +422,9 @@ def _exit(code: int | str | None) -> None:
         print(code, file=sys.stderr)
         code = 1
     logging.shutdown()
+    early = sys.modules.get("omnigent.tree.early")
+    if early is not None:  # an early runner nobody adopted (an error before the tree): no process left behind
+        early.discard_pending()
     sys.stdout.flush()
     sys.stderr.flush()
     mark("cli.exit")

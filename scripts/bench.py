@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 from bench_run import AGENT, alive, pss_kib, start_mock, tagged_pids  # noqa: E402
 
 # the -p timeline's points (shown in the order of their median times); "bench.*" are this script's
-POINTS = ["bench.spawn", "cli.start", "socket.bound", "runner.spawned", "runner.start", "server.ready",
+POINTS = ["bench.spawn", "cli.start", "early.spawned", "early.adopted", "runner.identity", "runner.online", "runner.prewarmed", "socket.bound", "runner.spawned", "runner.start", "server.ready",
           "front.turn_posting", "runner.openai_imported", "server.hello", "front.turn_started",
           "front.first_output", "front.answer_printed", "runner.exit", "cli.exit", "bench.reaped"]
 
