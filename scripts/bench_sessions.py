@@ -46,6 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 AGENT = REPO / "examples" / "hello.yaml"
 TICK = os.sysconf("SC_CLK_TCK")
+MAX_TURNS = 20  # per session of the lone phase (histories of at most 40 items)
 
 
 # --- processes and their CPU ---------------------------------------------------------
@@ -151,6 +152,7 @@ class Session:
         self.id, self.ws = session_id, ws
         self.done = None  # a trio.Event while a turn is in flight
         self.posted = 0.0
+        self.turns = 0
 
 
 async def open_sessions(url: str, n: int, nursery, http) -> list[Session]:
@@ -207,6 +209,7 @@ async def turn(http, url: str, session: Session) -> float:
     import trio
 
     session.done = trio.Event()
+    session.turns += 1
     session.posted = trio.current_time()
     r = await http.post(f"{url}/v1/sessions/{session.id}/events",
                         json={"type": "message", "data": {"role": "user",
@@ -226,18 +229,27 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
     results: dict = {}
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     async with httpx.AsyncClient(timeout=60, limits=limits) as http, trio.open_nursery() as nursery:
+        # Short conversations: this measures the cost of a turn, not of a long history (issue 10's
+        # flat-in-length figures are scripts/bench_history.py's). The lone session is a series of
+        # sessions of at most MAX_TURNS turns each; each phase of many sessions has its own.
+        lone_sessions = await open_sessions(url, -(-(args.lone + 10) // MAX_TURNS), nursery, http)
         sessions = await open_sessions(url, args.sessions, nursery, http)
-        lone = sessions[0]
-        # warm every session (its first turn binds it to a runner and loads its history)
+        closed_sessions = await open_sessions(url, args.sessions, nursery, http)
+        # warm every session (its first turn binds it to a runner)
         async with trio.open_nursery() as warm:
-            for s in sessions:
+            for s in lone_sessions + sessions + closed_sessions:
                 warm.start_soon(turn, http, url, s)
 
         # lone: one session, one turn after the other
+        def lone_session() -> Session:
+            while lone_sessions[0].turns >= MAX_TURNS:
+                lone_sessions.pop(0)
+            return lone_sessions[0]
+
         for _ in range(10):
-            await turn(http, url, lone)
+            await turn(http, url, lone_session())
         cpu0, t0 = tree_cpu(server_pid), time.perf_counter()
-        results["lone"] = [await turn(http, url, lone) for _ in range(args.lone)]
+        results["lone"] = [await turn(http, url, lone_session()) for _ in range(args.lone)]
         results["lone_cpu"] = cpu_delta(cpu0, tree_cpu(server_pid)) / args.lone
         results["lone_wall"] = time.perf_counter() - t0
 
@@ -262,6 +274,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
 
         # closed loop: every session posts its next turn as soon as its last is done
         closed: list[float] = []
+        sessions = closed_sessions
         stop_at = trio.current_time() + args.closed_s
         cpu0 = tree_cpu(server_pid)
         mock0 = tree_cpu(mock_pid)
@@ -283,6 +296,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         results["shares"] = {pid: (cpu1[pid] - cpu0.get(pid, 0.0)) / wall for pid in cpu1}
         results["mock_share"] = cpu_delta(mock0, tree_cpu(mock_pid)) / wall
         results["loadgen_share"] = (self_cpu() - me0) / wall
+        results["max_turns"] = max(s.turns for s in closed_sessions)
         nursery.cancel_scope.cancel()
     return results
 
@@ -319,6 +333,8 @@ def main() -> None:
     parser.add_argument("--floor-calls", type=int, default=100)
     args = parser.parse_args()
     import trio
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench still stops its server
 
     mock, mock_url = start_mock(args.delay_ms)
     server = None
@@ -375,7 +391,8 @@ def main() -> None:
           f"+{(pct(paced, .5) - floor_lat) * 1000:.1f} / +{(pct(paced, .99) - floor_lat) * 1000:.1f} ms | "
           f"{pct(paced, .5) * 1000:.1f} / {pct(paced, .99) * 1000:.1f} ms |")
     rate = len(closed) / results["closed_wall"]
-    print(f"| {args.sessions} sessions, closed loop ({len(closed)} turns in {results['closed_wall']:.1f} s) | "
+    print(f"| {args.sessions} sessions, closed loop ({len(closed)} turns in {results['closed_wall']:.1f} s, "
+          f"up to {results['max_turns']} turns per session) | "
           f"{rate:.0f} turns/s | latency p50 {pct(closed, .5) * 1000:.0f} ms, p99 {pct(closed, .99) * 1000:.0f} ms |")
     shares = sorted(((names[pid], share) for pid, share in results["shares"].items()), key=lambda x: -x[1])
     parts = [f"{name} {share:.2f}" for name, share in shares if share >= 0.005]

@@ -443,10 +443,28 @@ class Runner:
 
 
 async def _encode(frame: Frame) -> str | bytes:
-    # A turn's output can be large; cheap frames (events, pongs) stay on the loop.
-    if isinstance(frame, TurnCompleted):
+    # A turn's output can be large: then it is encoded off the loop. A usual one
+    # (an answer of a few KB) is cheaper to encode here than a thread's round trip.
+    if isinstance(frame, TurnCompleted) and _larger_than(frame.output, THREAD_CODEC_BYTES):
         return await trio.to_thread.run_sync(encode, frame)
     return encode(frame)
+
+
+def _larger_than(value: Any, budget: int) -> bool:
+    """Whether the strings in `value` (nested lists and dicts) add up to more than `budget` characters."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            budget -= len(item)
+        elif isinstance(item, dict):
+            budget -= 8 * len(item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        if budget < 0:
+            return True
+    return False
 
 
 def _dial_websocket(url: str, headers: list[tuple[bytes, bytes]]) -> Any:
