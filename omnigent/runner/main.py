@@ -25,11 +25,12 @@ Top-level imports stay at trio, trio_websocket, protocol and the standard
 library. openai (via `harness`, ~0.3-0.5 s, seconds under load) is imported
 and the first client built in a worker thread that starts before anything
 else, while stdin and signals are already watched (a runner whose parent
-dies mid-import still exits at once: the thread is abandoned). The dial and
-the hello overlap that import instead of waiting for it, so "online" means
-connected; a turn that arrives before the import is done waits for it
-(`_load_harness`), and the server's pings are answered meanwhile (the
-import gives up the GIL every switch interval).
+dies mid-import still exits at once: the thread is abandoned). The dial
+(TCP, the websocket upgrade, waiting for a server still starting) overlaps
+that import; the hello waits for it (at most PREWARM_WAIT, inside the
+server's hello timeout), so "online" still means ready for a turn at once
+(stack-notes §5, G14) and a warm spare is warm. A turn that arrives before
+the import is done anyway waits for it (`_load_harness`).
 
 An early runner (`omnigent.tree.early`, `OMNIGENT_RUNNER_IDENTITY_FD` set)
 is spawned by the CLI before its host exists: it starts importing at once
@@ -96,6 +97,7 @@ CONNECT_TIMEOUT = 5.0      # one attempt (G2: the 60 s default is far too long)
 DISCONNECT_TIMEOUT = 2.0
 CONNECT_PATIENCE = 30.0    # the server may still be starting
 HELLO_TIMEOUT = 10.0
+PREWARM_WAIT = 8.0         # a dialed connection waits this long for the import (the server: 10 s for a hello)
 THREAD_CODEC_BYTES = 64 * 1024  # frames larger than this are decoded/encoded off the loop
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 IDENTITY_FD_VAR = "OMNIGENT_RUNNER_IDENTITY_FD"  # tree.early's pipe
@@ -232,6 +234,11 @@ class Runner:
         return outcome
 
     async def _handshake(self, ws: WebSocketConnection) -> str:
+        if self._prewarming and not self._prewarmed.is_set():
+            # Dialed while importing: the hello waits for the import, so "online" still means
+            # ready for a turn at once (a warm spare is warm), within the server's hello timeout.
+            with trio.move_on_after(PREWARM_WAIT):
+                await self._prewarmed.wait()
         in_flight = self._turns.claims()
         hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES), in_flight)
         try:
