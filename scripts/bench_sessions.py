@@ -208,7 +208,7 @@ async def follow(ws_base: str, sid: str, sessions: list[Session], ready) -> None
 async def turn(http, url: str, session: Session) -> float:
     import trio
 
-    session.done = trio.Event()
+    done = session.done = trio.Event()  # follow() clears session.done when it sets it
     session.turns += 1
     session.posted = trio.current_time()
     r = await http.post(f"{url}/v1/sessions/{session.id}/events",
@@ -216,7 +216,7 @@ async def turn(http, url: str, session: Session) -> float:
                                                           "content": [{"type": "input_text", "text": "Say hi"}]}})
     if r.status_code >= 400:
         raise SystemExit(f"post failed: {r.status_code} {r.text[:200]}")
-    await session.done.wait()
+    await done.wait()
     if getattr(session, "failed", False):
         raise SystemExit("a turn failed")
     return session.latency

@@ -427,7 +427,12 @@ class Runner:
         return await harness.execute(self._pool, start, emit, self.environ)
 
     def _cancelled_tool(self, start: ToolStart, captured: list[str]) -> Frame:
-        return cancelled_result(start, captured, self._secrets or ())
+        secrets = self._secrets or []
+        if self._secrets is not None:  # as run_tool_step does: an early runner's environment grew since
+            from omnigent.tools import secret_values
+
+            secrets = secret_values(self.environ)
+        return cancelled_result(start, captured, secrets)
 
     # --- protocol errors ------------------------------------------------
 
