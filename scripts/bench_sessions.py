@@ -157,7 +157,6 @@ class Session:
 
 async def open_sessions(url: str, n: int, nursery, http) -> list[Session]:
     import trio
-    from trio_websocket import open_websocket_url
 
     sys.path.insert(0, str(REPO))
     from omnigent.agents import bundle_bytes
@@ -303,7 +302,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
 
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def stall_report(path: Path, start: float) -> list[str]:

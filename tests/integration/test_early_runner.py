@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -97,8 +98,8 @@ async def test_adopted_gets_its_log(tmp_path) -> None:
                 await trio.sleep(0.05)  # it dials the (closed) port and says so in its log
         assert oct(log_path.stat().st_mode & 0o777) == "0o600"
         assert "secret" not in log_path.read_text()
-        with open(f"/proc/{handle.pid}/environ", "rb") as f:
-            assert b"OMNIGENT_RUNNER_TOKEN" not in f.read()  # on a pipe, never in its initial environment
+        environ = Path(f"/proc/{handle.pid}/environ").read_bytes()
+        assert b"OMNIGENT_RUNNER_TOKEN" not in environ  # on a pipe, never in its initial environment
     finally:
         handle.close_stdin()  # EOF: it exits
         with trio.fail_after(10):
@@ -113,5 +114,5 @@ def _no_leftovers():
     yield
     early.discard_pending()
     leftovers = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "omnigent.runner"],
-                               capture_output=True, text=True).stdout.split()
+                               check=False, capture_output=True, text=True).stdout.split()
     assert not leftovers
