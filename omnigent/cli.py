@@ -340,6 +340,9 @@ def _exit(code: int | str | None) -> None:
         print(code, file=sys.stderr)
         code = 1
     logging.shutdown()
+    early = sys.modules.get("omnigent.tree.early")
+    if early is not None:  # an early runner nobody adopted (an error before the tree): no process left behind
+        early.discard_pending()
     sys.stdout.flush()
     sys.stderr.flush()
     mark("cli.exit")

@@ -63,6 +63,11 @@ def launch(*, agent: Path | None, model: str | None, harness: str | None, system
            output_format: str | None, verbose: bool, fork: str | None = None,
            title: str | None = None, raw: bool = False) -> NoReturn:
     """Run `omnigent run` with these options; exits with the run's code."""
+    early = None
+    if server_url is None and not no_session:  # it imports openai while the tree is built (tree/early.py)
+        from .tree.early import start as start_early
+
+        early = start_early()
     from .agents import SpecError, bundle_from_spec, load_spec, resolve_auth
     from .config.file import ConfigError, load_config
 
@@ -155,6 +160,9 @@ def launch(*, agent: Path | None, model: str | None, harness: str | None, system
     if server_url is not None:
         from .tree.remote import run_remote
 
+        if early is not None:  # the config file's server: this run places its session there
+            early.discard()
+
         sys.exit(trio.run(started(partial(run_remote, options, server_url=server_url, token=token,
                                           auth=auth))))
 
@@ -189,7 +197,7 @@ def launch(*, agent: Path | None, model: str | None, harness: str | None, system
         # host_policy: the local host's bound on the machine that runs the tools (None: the session decides)
         code = trio.run(started(partial(run_tree, db_path, make_front, handle_sigint=one_shot, runners=1,
                                         spares=0 if one_shot else 1, spare_gate=spare_gate, tuning=tuning,
-                                        permission_mode=host_policy)))
+                                        early=early, permission_mode=host_policy)))
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

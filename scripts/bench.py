@@ -23,7 +23,10 @@ compiles omnigent's own modules again, which an installed package never does
 (pip compiles them; the floor's openai and trio are compiled too). `--compile`
 compiles the tree first, as an install would; the table says which was measured.
 
-Usage: python scripts/bench.py [--runs 9] [--mem-runs 3] [--rounds 5] [--no-recovery] [--compile]
+  - with `--sessions`: the many-sessions figures (`bench_sessions.py`: one server, 4 runners, a
+    50 ms mock, 100 sessions), printed after the table (about 2 minutes more)
+
+Usage: python scripts/bench.py [--runs 9] [--mem-runs 3] [--rounds 5] [--no-recovery] [--compile] [--sessions]
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 from bench_run import AGENT, alive, pss_kib, start_mock, tagged_pids  # noqa: E402
 
 # the -p timeline's points (shown in the order of their median times); "bench.*" are this script's
-POINTS = ["bench.spawn", "cli.start", "socket.bound", "runner.spawned", "runner.start", "server.ready",
+POINTS = ["bench.spawn", "cli.start", "early.spawned", "early.adopted", "runner.identity", "runner.online", "runner.prewarmed", "socket.bound", "runner.spawned", "runner.start", "server.ready",
           "front.turn_posting", "runner.openai_imported", "server.hello", "front.turn_started",
           "front.first_output", "front.answer_printed", "runner.exit", "cli.exit", "bench.reaped"]
 
@@ -201,6 +204,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="recovery rounds")
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--compile", action="store_true", help="compile omnigent's modules first, as pip does")
+    parser.add_argument("--sessions", action="store_true", help="also the many-sessions figures (bench_sessions.py)")
     args = parser.parse_args()
     if args.compile:
         import compileall
@@ -248,6 +252,11 @@ def main() -> None:
     print("| --- | --- | --- |")
     for name, duration, at in segments(f["timelines"]):
         print(f"| {name} | {duration * 1000:.0f} ms | {at * 1000:.0f} ms |")
+    if args.sessions:
+        print()
+        print("many sessions (bench_sessions.py):", flush=True)
+        subprocess.run([sys.executable, str(REPO / "scripts" / "bench_sessions.py")], check=False,
+                       stdin=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":

@@ -43,3 +43,60 @@ def mark(name: str) -> None:
             os.close(fd)
     except OSError:
         pass
+
+
+# --- stalls: named pauses of a long-running process (scripts/bench_sessions.py) -------------
+
+STALLS_VAR = "OMNIGENT_STALLS"
+STALL_MIN = 0.001  # pauses shorter than this are not worth a line
+
+
+def stalls_enabled() -> bool:
+    return bool(os.environ.get(STALLS_VAR))
+
+
+def stall(kind: str, seconds: float) -> None:
+    """Append `<kind> <monotonic seconds at its end> <milliseconds>` to `$OMNIGENT_STALLS`.
+
+    `kind` names what held the process (`gc0`..`gc2`: a collection of that
+    generation; `commit`: an event transaction's COMMIT; `wal_checkpoint`),
+    so a p99 can be matched with what happened at that moment.
+    """
+    path = os.environ.get(STALLS_VAR)
+    if not path or seconds < STALL_MIN:
+        return
+    import time
+
+    line = f"{kind} {time.monotonic():.6f} {seconds * 1000:.3f}\n".encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def watch_gc() -> bool:
+    """Record every garbage collection of STALL_MIN or more as a stall (when enabled). Idempotent."""
+    global _gc_watched
+    if not stalls_enabled() or _gc_watched:
+        return False
+    import gc
+    import time
+
+    started = [0.0]
+
+    def probe(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            stall(f"gc{info.get('generation', '?')}", time.perf_counter() - started[0])
+
+    gc.callbacks.append(probe)
+    _gc_watched = True
+    return True
+
+
+_gc_watched = False

@@ -24,11 +24,20 @@ error.
 
 Top-level imports stay at trio, trio_websocket, protocol and the standard
 library. openai (via `harness`, ~0.3-0.5 s, seconds under load) is imported
-and the first client built before dialing: a runner starts while its server
-starts, so the import overlaps the server's own, and "online" then means
-ready for a turn at once (stack-notes §5, G14). The import runs in a worker
-thread while stdin and signals are already watched, so a runner whose parent
-dies mid-import still exits at once (the thread is abandoned).
+and the first client built in a worker thread that starts before anything
+else, while stdin and signals are already watched (a runner whose parent
+dies mid-import still exits at once: the thread is abandoned). The dial
+(TCP, the websocket upgrade, waiting for a server still starting) overlaps
+that import; the hello waits for it (at most PREWARM_WAIT, inside the
+server's hello timeout), so "online" still means ready for a turn at once
+(stack-notes §5, G14) and a warm spare is warm. A turn that arrives before
+the import is done anyway waits for it (`_load_harness`).
+
+An early runner (`omnigent.tree.early`, `OMNIGENT_RUNNER_IDENTITY_FD` set)
+is spawned by the CLI before its host exists: it starts importing at once
+and reads its identity (the environment its host gives a runner, and its
+log path) from that pipe before it dials. EOF with nothing on the pipe
+means it was not needed: it exits 0.
 
 Staying responsive: pongs are sent from the receive loop straight to the
 socket, not queued behind turn events, and nothing heavy runs on the loop
@@ -39,6 +48,7 @@ and is not killed as hung.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -73,6 +83,7 @@ from protocol import (
     encode,
 )
 
+from ..config.timeline import mark
 from ._log import log, one_line
 from .config import Config, ConfigError, load_config  # noqa: F401  (their home before)
 from .redial import FATAL, REFUSED, Backoff
@@ -87,8 +98,11 @@ CONNECT_TIMEOUT = 5.0      # one attempt (G2: the 60 s default is far too long)
 DISCONNECT_TIMEOUT = 2.0
 CONNECT_PATIENCE = 30.0    # the server may still be starting
 HELLO_TIMEOUT = 10.0
+PREWARM_WAIT = 8.0         # a dialed connection waits this long for the import (the server: 10 s for a hello)
 THREAD_CODEC_BYTES = 64 * 1024  # frames larger than this are decoded/encoded off the loop
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+IDENTITY_FD_VAR = "OMNIGENT_RUNNER_IDENTITY_FD"  # tree.early's pipe
+_PENDING = Config("http://pending.invalid", "pending", "")  # an early runner's, until its identity comes
 
 
 class Runner:
@@ -116,6 +130,9 @@ class Runner:
         self._backoff = Backoff(rng=rng)
         self._harness: ModuleType | None = None
         self._pool: Any = None
+        self._prewarm_scope = trio.CancelScope()
+        self._prewarmed = trio.Event()  # the prewarm thread is done (or failed, or was abandoned)
+        self._prewarming = False
 
     # --- lifetime -------------------------------------------------------
 
@@ -124,6 +141,7 @@ class Runner:
             log(f"stopping: {why}")
         self.stopping = True
         self._active.cancel()
+        self._prewarm_scope.cancel()
 
     def _stoppable(self) -> trio.CancelScope:
         """A fresh scope for the next phase that `request_stop` cancels (at once if already stopping)."""
@@ -217,6 +235,11 @@ class Runner:
         return outcome
 
     async def _handshake(self, ws: WebSocketConnection) -> str:
+        if self._prewarming and not self._prewarmed.is_set():
+            # Dialed while importing: the hello waits for the import, so "online" still means
+            # ready for a turn at once (a warm spare is warm), within the server's hello timeout.
+            with trio.move_on_after(PREWARM_WAIT):
+                await self._prewarmed.wait()
         in_flight = self._turns.claims()
         hello = Hello(self.config.runner_id, os.getpid(), PROTOCOL_VERSION, list(HARNESSES), in_flight,
                       features=list(self._turns.features))
@@ -235,6 +258,7 @@ class Runner:
         if not isinstance(frame, HelloAck):
             await self._protocol_error(ws, f"expected hello.ack, got {frame.kind!r}")
             return "error"
+        mark("runner.online")
         log(f"online as {self.config.runner_id} at {self.config.ws_url} (pid {os.getpid()})"
             + (f", {len(in_flight)} turn(s) in flight" if in_flight else ""))
         return "served"
@@ -285,15 +309,65 @@ class Runner:
         self._secrets = secret_values(self.environ)
 
     async def prewarm(self) -> None:
-        """Pay the import and the first client's cost before dialing, not inside the first turn."""
-        with self._stoppable():  # stopping abandons the thread: os._exit ends it with us
-            await trio.to_thread.run_sync(self._import_harness, abandon_on_cancel=True)
+        """Pay the import and the first client's cost while dialing, not inside the first turn."""
+        self._prewarming = True
+        try:
+            with self._prewarm_scope:  # stopping abandons the thread: os._exit ends it with us
+                await trio.to_thread.run_sync(self._import_harness, abandon_on_cancel=True)
+        finally:
+            self._prewarmed.set()
+        mark("runner.prewarmed")
 
     async def _load_harness(self) -> ModuleType:
+        if self._harness is None and self._prewarming:
+            await self._prewarmed.wait()
         if self._harness is None:  # prewarm failed to import it: the turn says why
             await trio.to_thread.run_sync(self._import_harness)
         assert self._harness is not None
         return self._harness
+
+    async def receive_identity(self, fd: int) -> int | None:
+        """An early runner's identity from its pipe (tree.early); an exit code when there is none.
+
+        Sets the environment its host gives a runner (id, secret, server URL,
+        tool policy), moves stdout and stderr to its log, and loads the config.
+        """
+        data = b""
+        with self._stoppable():
+            try:
+                stream = trio.lowlevel.FdStream(fd)
+            except OSError as exc:
+                log(f"cannot read the identity pipe: {exc}")
+                return EXIT_USAGE
+            async with stream:
+                try:
+                    while chunk := await stream.receive_some(65536):
+                        data += chunk
+                except (OSError, trio.BrokenResourceError):
+                    pass
+        if self.stopping:
+            return self.exit_code
+        if not data:
+            return EXIT_OK  # not adopted: its launcher needed no runner after all
+        try:
+            identity = json.loads(data)
+            for key, value in identity["env"].items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            _reopen_output(identity["log_path"])
+        except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+            log(f"bad identity on the identity pipe: {type(exc).__name__}")
+            return EXIT_USAGE
+        os.environ.pop(IDENTITY_FD_VAR, None)
+        try:
+            self.config = load_config(os.environ)
+        except ConfigError as exc:
+            log(f"omnigent runner: {exc}")
+            return EXIT_USAGE
+        mark("runner.identity")
+        return None
 
     async def _receive_loop(self, ws: WebSocketConnection) -> str:
         while True:
@@ -346,6 +420,8 @@ class Runner:
         if isinstance(start, ToolStart):
             from . import tool_steps
 
+            if self._secrets is None and self._prewarming:
+                await self._prewarmed.wait()  # it imports the tools first
             if self._secrets is None:
                 await trio.to_thread.run_sync(self._import_tools)
             return await tool_steps.run_tool_step(start, emit, captured, self._tools, self.environ)
@@ -353,7 +429,12 @@ class Runner:
         return await harness.execute(self._pool, start, emit, self.environ)
 
     def _cancelled_tool(self, start: ToolStart, captured: list[str]) -> Frame:
-        return cancelled_result(start, captured, self._secrets or ())
+        secrets = self._secrets or []
+        if self._secrets is not None:  # as run_tool_step does: an early runner's environment grew since
+            from omnigent.tools import secret_values
+
+            secrets = secret_values(self.environ)
+        return cancelled_result(start, captured, secrets)
 
     # --- protocol errors ------------------------------------------------
 
@@ -376,10 +457,28 @@ class Runner:
 
 
 async def _encode(frame: Frame) -> str | bytes:
-    # A turn's output can be large; cheap frames (events, pongs) stay on the loop.
-    if isinstance(frame, TurnCompleted):
+    # A turn's output can be large: then it is encoded off the loop. A usual one
+    # (an answer of a few KB) is cheaper to encode here than a thread's round trip.
+    if isinstance(frame, TurnCompleted) and _larger_than(frame.output, THREAD_CODEC_BYTES):
         return await trio.to_thread.run_sync(encode, frame)
     return encode(frame)
+
+
+def _larger_than(value: Any, budget: int) -> bool:
+    """Whether the strings in `value` (nested lists and dicts) add up to more than `budget` characters."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            budget -= len(item)
+        elif isinstance(item, dict):
+            budget -= 8 * len(item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        if budget < 0:
+            return True
+    return False
 
 
 def _dial_websocket(url: str, headers: list[tuple[bytes, bytes]]) -> Any:
@@ -399,26 +498,49 @@ def _close_reason(exc: ConnectionClosed) -> str:
     return f"code {reason.code}" + (f" ({reason.reason})" if reason.reason else "")
 
 
-async def run(config: Config, environ: Mapping[str, str] = os.environ) -> int:
-    runner = Runner(config, environ)
-    log(f"started pid {os.getpid()}, server {config.server_url}")
+async def run(config: Config | None, environ: Mapping[str, str] = os.environ) -> int:
+    """Serve until stopped; `config` None: an early runner, which reads it from its identity pipe."""
+    runner = Runner(config or _PENDING, environ)
     async with trio.open_nursery() as nursery:
         await nursery.start(_watch_signals, runner)
         await nursery.start(_watch_stdin, runner)
-        await runner.prewarm()  # in a thread: stdin EOF or SIGTERM stops us even mid-import
-        try:
-            code = await runner.connect_and_serve()
-        finally:
-            await runner.aclose()
+        nursery.start_soon(runner.prewarm)  # in a thread: stdin EOF or SIGTERM stops us even mid-import
+        code: int | None = None
+        if config is None:
+            code = await runner.receive_identity(int(environ[IDENTITY_FD_VAR]))
+        if code is None:
+            log(f"started pid {os.getpid()}, server {runner.config.server_url}")
+            try:
+                code = await runner.connect_and_serve()
+            finally:
+                await runner.aclose()
+            log(f"exiting with code {code}")
         nursery.cancel_scope.cancel()
-    log(f"exiting with code {code}")
+    assert code is not None
     return code
 
 
 def main() -> int:
-    try:
-        config = load_config(os.environ)
-    except ConfigError as exc:
-        print(f"omnigent runner: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    config: Config | None = None
+    if os.environ.get(IDENTITY_FD_VAR, "").isdigit():
+        pass  # an early runner: its config comes on that pipe
+    else:
+        try:
+            config = load_config(os.environ)
+        except ConfigError as exc:
+            print(f"omnigent runner: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     return trio.run(run, config)
+
+
+def _reopen_output(log_path: str) -> None:
+    """stdout and stderr to the log (append, 0600), as the host opens it for the runners it spawns."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)

@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from protocol import events
+
+from ..config.timeline import stall, watch_gc
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -215,14 +218,31 @@ class EventHub:
         log_.changed = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Batch text deltas for as long as it runs (the server's nursery runs it)."""
+        """Batch text deltas for as long as it runs (the server's nursery runs it).
+
+        Also checkpoints the WAL itself, in a worker thread on a connection of
+        its own, instead of SQLite's automatic checkpoint inside whichever
+        commit crosses 1,000 pages (a pause of the event loop of several ms
+        under load, in the middle of some turn). With `OMNIGENT_STALLS` set,
+        garbage collections, slow commits and checkpoints are recorded by name.
+        """
+        watch_gc()
+        _freeze_startup_objects()
         self._batching = True
         task_status.started()
         try:
-            while True:
-                await self._pending_wake.wait()
-                await trio.sleep(self.batch_interval)
-                self.flush()
+            async with trio.open_nursery() as nursery:
+                checkpoint = _Checkpointer.start(self.store)
+                if checkpoint is not None:
+                    nursery.start_soon(checkpoint.run)
+                try:
+                    while True:
+                        await self._pending_wake.wait()
+                        await trio.sleep(self.batch_interval)
+                        self.flush()
+                finally:
+                    if checkpoint is not None:
+                        checkpoint.stop()
         finally:
             self._batching = False
             self.flush()
@@ -344,6 +364,88 @@ class EventHub:
         if index is not None:
             return [entries[index]]  # the hole is not stored anywhere (a failed write)
         return []
+
+
+def _freeze_startup_objects() -> None:
+    """Move what start-up allocated (modules, the app, the routes) out of the collector's sight.
+
+    A full collection of a server walks every object it holds: with quart,
+    hypercorn and the store loaded that is ~0.1 s of a paused loop on this
+    machine, seconds under load (`gc2` in OMNIGENT_STALLS). Those objects live
+    as long as the process, so `gc.freeze()` once the server runs leaves the
+    collections only what turns and connections allocate.
+    """
+    import gc
+
+    gc.freeze()
+
+
+class _Checkpointer:
+    """WAL checkpoints off the event loop: PASSIVE, in a worker thread, on a connection of its own.
+
+    Once the WAL file has grown to WAL_PAGES pages (SQLite's own threshold),
+    a checkpoint runs every EVERY seconds; each copies only the frames added
+    since the last (the file keeps its size, as with SQLite's automatic
+    checkpoint, and is reused from its start). sqlite3 releases the GIL while
+    it copies, so the loop goes on serving meanwhile.
+    """
+
+    WAL_PAGES = 1000    # SQLite's own autocheckpoint threshold
+    EVERY = 0.5         # seconds between two looks at the WAL's size
+
+    def __init__(self, store: Store, path: str) -> None:
+        self.store, self.path = store, path
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    def start(cls, store: Store | None) -> _Checkpointer | None:
+        """Take the checkpoints over from the store's connection; None where it cannot (no WAL file)."""
+        if store is None or str(getattr(store, "path", ":memory:")) == ":memory:":
+            return None
+        try:
+            mode = store.conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                return None
+            store.conn.execute("PRAGMA wal_autocheckpoint=0")
+        except (sqlite3.Error, AttributeError):
+            return None
+        return cls(store, str(store.path))
+
+    def stop(self) -> None:
+        try:
+            self.store.conn.execute(f"PRAGMA wal_autocheckpoint={self.WAL_PAGES}")  # SQLite's default again
+        except sqlite3.Error:
+            pass
+        if self._conn is not None:
+            self._conn.close()  # the thread is done: run() waited for it
+            self._conn = None
+
+    async def run(self) -> None:
+        page = 4096
+        try:
+            page = int(self.store.conn.execute("PRAGMA page_size").fetchone()[0])
+        except sqlite3.Error:
+            pass
+        while True:
+            await trio.sleep(self.EVERY)
+            try:
+                size = os.stat(self.path + "-wal").st_size
+            except OSError:
+                continue
+            if size >= self.WAL_PAGES * page:
+                with trio.CancelScope(shield=True):  # never abandon a thread holding the connection
+                    await trio.to_thread.run_sync(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        started = time.perf_counter()
+        try:
+            if self._conn is None:
+                self._conn = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error as exc:
+            log.warning("WAL checkpoint failed: %s", exc)
+            return
+        stall("wal_checkpoint", time.perf_counter() - started)  # in a thread: not a pause of the loop
 
 
 def _index_after(entries: deque[dict[str, Any]], cursor: int) -> int | None:

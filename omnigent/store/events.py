@@ -20,15 +20,25 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..config.timeline import stall, stalls_enabled
 from ._base import Tables
 from .db import write_transaction
 
 DELTA = "response.output_text.delta"
 # events that end a turn: the moment to compact older turns' deltas
 _TURN_ENDS = ("response.completed", "response.failed", "response.cancelled")
+
+
+_TIMED: bool | None = None  # OMNIGENT_STALLS is set: event transactions are timed (looked up once)
+
+
+def _time_commits() -> None:
+    global _TIMED
+    _TIMED = stalls_enabled()
 
 
 class EventsMixin(Tables):
@@ -48,12 +58,18 @@ class EventsMixin(Tables):
             with _savepoint(self.conn):
                 yield
             return
+        if _TIMED is None:
+            _time_commits()
+        if _TIMED:
+            started = time.perf_counter()
         with write_transaction(self.conn):
             self._event_tx = True
             try:
                 yield
             finally:
                 self._event_tx = False
+        if _TIMED:  # the write lock's wait, the writes and the COMMIT (and a WAL checkpoint it ran)
+            stall("commit", time.perf_counter() - started)
 
     # --- writing ---------------------------------------------------------------
 

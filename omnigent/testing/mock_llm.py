@@ -68,8 +68,12 @@ def _require_str(body: dict[str, Any], name: str, default: str | None) -> str | 
     return value
 
 
-def create_app() -> QuartTrio:
-    """Build a fresh mock LLM app with its own empty state."""
+def create_app(delay: float = 0.0) -> QuartTrio:
+    """Build a fresh mock LLM app with its own empty state.
+
+    `delay` (seconds) is how long every model call waits before it answers,
+    as a model's own time would (scripts/bench_sessions.py: a 50 ms model).
+    """
     from quart import request
     from quart_trio import QuartTrio
 
@@ -105,6 +109,8 @@ def create_app() -> QuartTrio:
         body, raw = await read_json_raw()
         key, entry = state.take(body, raw)
         model = body.get("model") if isinstance(body.get("model"), str) else FALLBACK_MODEL
+        if delay > 0:
+            await trio.sleep(delay)
         if entry.get("block"):
             await state.park(key, model)
         status = entry.get("status_code")
@@ -234,6 +240,7 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     *,
+    delay: float = 0.0,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a fresh mock app until cancelled.
@@ -250,17 +257,17 @@ async def serve(
     # Errors still reach stderr; the "Running on" INFO line would only
     # duplicate the one line `main` prints on stdout.
     config.loglevel = "WARNING"
-    app = create_app()
+    app = create_app(delay)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(hypercorn_serve, app, config))
         task_status.started(binds[0])
 
 
-async def _serve_until_signal(host: str, port: int) -> None:
+async def _serve_until_signal(host: str, port: int, delay: float = 0.0) -> None:
     # Exit cleanly (status 0) on SIGTERM/SIGINT: test fixtures terminate us.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            url = await nursery.start(partial(serve, host, port))
+            url = await nursery.start(partial(serve, host, port, delay=delay))
             print(f"mock-llm listening on {url}", flush=True)
             async for _ in signals:
                 nursery.cancel_scope.cancel()
@@ -271,12 +278,12 @@ class ListenError(Exception):
     """The mock cannot listen where it was asked to: one line, `cannot listen on <host>:<port>: <cause>`."""
 
 
-def main(host: str = "127.0.0.1", port: int = 0) -> None:
+def main(host: str = "127.0.0.1", port: int = 0, delay: float = 0.0) -> None:
     """Run the mock server in the foreground; prints one 'listening' line to stdout.
 
     Raises ListenError when the address is taken or not ours."""
     try:
-        trio.run(_serve_until_signal, host, port)
+        trio.run(_serve_until_signal, host, port, delay)
     except (OSError, BaseExceptionGroup) as exc:
         cause = _only_oserror(exc)
         if cause is None:
@@ -299,6 +306,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=None, help="0 picks a free port (default)")
     # The original took the port positionally (`mock_llm_server.py <port>`).
     parser.add_argument("port_arg", nargs="?", type=int, metavar="PORT")
+    parser.add_argument("--delay-ms", type=float, default=0.0,
+                        help="every model call waits this long before answering (a model's own time)")
     args = parser.parse_args(argv)
     if args.port is not None and args.port_arg is not None and args.port != args.port_arg:
         parser.error("give the port once")
@@ -309,6 +318,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 if __name__ == "__main__":
     _args = _parse_args(sys.argv[1:])
     try:
-        main(_args.host, _args.port)
+        main(_args.host, _args.port, _args.delay_ms / 1000)
     except ListenError as _exc:
         sys.exit(f"Error: {_exc}")

@@ -42,6 +42,7 @@ from .signals import SignalExit
 
 if TYPE_CHECKING:
     from ..client import OmnigentClient
+    from .early import EarlyRunner
 
 
 
@@ -62,6 +63,7 @@ async def run_tree(
     allow_hosts: tuple[str, ...] = (),
     take_over: bool = False,
     permission_mode: str | None = None,
+    early: EarlyRunner | None = None,
 ) -> int:
     """Run a front end against a fresh in-process server and runner pool; returns the exit code.
 
@@ -84,6 +86,10 @@ async def run_tree(
     from clients) is "ask" then. Its runners get the same policy in
     OMNIGENT_TOOL_POLICY ("auto" when the session's own mode decides: the
     server here already applied it).
+
+    `early` (`tree.early.start`, spawned by the CLI before this tree was
+    imported) becomes the first runner launch when it matches it; it is
+    killed and reaped here when it does not, or when the tree fails first.
     """
     from ..server.sockets import bind_socket, url_of
 
@@ -94,14 +100,22 @@ async def run_tree(
         log_handler = _open_files(Path(db_path), log_root)
     except BaseException:
         sock.close()
+        if early is not None:
+            early.discard()
         raise
     url = url_of(sock)
     if require_token:
         token = token or secrets.token_urlsafe(32)
     server_end, host_end = memory_link()
     local_policy = permission_mode or ("ask" if take_over else None)
+    launcher = None
+    if early is not None:
+        from .early import EarlyLauncher
+
+        launcher = EarlyLauncher(early)
     host = Host(url, host_end, log_dir=log_root, workspace=workspace or os.getcwd(),
-                runners=runners, policy=policy, spares=spares, tool_policy=local_policy or "auto")
+                runners=runners, policy=policy, spares=spares, tool_policy=local_policy or "auto",
+                launcher=launcher)
     from ..store.errors import StoreError
 
     exit_code = 0
@@ -169,6 +183,8 @@ async def run_tree(
         what = "cannot write store" if "full" in str(failed) else "store failed"
         raise StoreError(f"{what}: {db_path}: {describe(failed)}") from None
     finally:
+        if early is not None:
+            early.discard()  # no-op once adopted: the host stopped it with the others
         if store is not None:
             store.close()
         close_log(log_handler)

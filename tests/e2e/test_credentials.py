@@ -135,7 +135,11 @@ async def test_another_local_process_cannot_read_an_omnigent_run_session(
         mock_credentials_env, mock_llm_server_url, tmp_path):
     home = tmp_path / "home"
     model = new_model()
-    env = {**agent_env(mock_credentials_env, home), "OMNIGENT_TEST_TAG": uuid.uuid4().hex}
+    # The runners' secrets are read from their initial environment below: the CLI's early
+    # runner (tree/early.py) has none there (it gets its secret on a pipe), so runners are
+    # launched by the host here.
+    env = {**agent_env(mock_credentials_env, home), "OMNIGENT_TEST_TAG": uuid.uuid4().hex,
+           "OMNIGENT_EARLY_RUNNER": "0"}
     agent = write_agent(tmp_path, model)
     configure_mock_llm(mock_llm_server_url, [{"text": "a private answer"}], key=model)
     planted = subprocess.run([sys.executable, *run_args(agent, "-p", "my secret question")], env=env,

@@ -1,0 +1,408 @@
+"""Benchmark: many sessions on one `omnigent server` with 4 runners (issue 10, "Many sessions").
+
+Everything runs on this machine: the mock LLM (answers each model call after
+`--delay-ms`, 50 ms by default: a model's own time), `omnigent server
+--runners 4` and the load generator (this process, trio: one websocket per
+session on `/v1/sessions/{id}/ws`, turns posted over HTTP).
+
+The per-turn floor: one warm trio process (`--floor-worker`, a child of this
+script) making the same `openai` streaming Responses call to the same mock,
+one call after the other: its CPU per call (getrusage of that process) and
+its latency per call (request -> the stream's end).
+
+Figures (each phase after a warm-up):
+  - lone: one session, turns one after the other. Added latency per turn
+    (post -> `response.completed` on the session's stream, minus the floor's
+    median call) p50/p99; CPU of omnigent's processes per turn (server plus
+    runners, utime+stime from /proc) over the floor's CPU per call.
+  - paced: 100 sessions, turns posted at 25 turns/s in all (each to an idle
+    session): added latency p50/p99.
+  - closed loop: 100 sessions, each posts its next turn when its last is
+    done: turns/s, CPU per turn over the floor's, and each process's share
+    of the cores (CPU seconds over wall seconds: 1.0 = one core).
+  - stalls (server side, `OMNIGENT_STALLS`): the garbage collector's pauses
+    and the store's slow commits and WAL checkpoints, named, in the p99 window.
+
+Prints figures; asserts nothing.
+
+Usage: python scripts/bench_sessions.py [--delay-ms 50] [--lone 100] [--sessions 100]
+       [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+AGENT = REPO / "examples" / "hello.yaml"
+TICK = os.sysconf("SC_CLK_TCK")
+MAX_TURNS = 20  # per session of the lone phase (histories of at most 40 items)
+
+
+# --- processes and their CPU ---------------------------------------------------------
+
+
+def start_mock(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "omnigent.testing.mock_llm", "--port", "0",
+                             "--delay-ms", str(delay_ms)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    return proc, line.rsplit(" ", 1)[1].strip()
+
+
+def start_server(env: dict[str, str], data: Path, runners: int) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", str(runners), "--port", "0",
+                             "--data-dir", str(data)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    if "listening on " not in line:
+        proc.kill()
+        raise SystemExit(f"server did not start: {line!r}")
+    return proc, line.split("listening on ")[1].split()[0]
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(ppid, CPU seconds) of a live process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tree_cpu(root: int) -> dict[int, float]:
+    """CPU seconds of `root` and every live descendant, by pid."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(int(entry))
+            if st is not None:
+                stats[int(entry)] = st
+    found, frontier = {}, [root]
+    while frontier:
+        pid = frontier.pop()
+        if pid in stats:
+            found[pid] = stats[pid][1]
+            frontier.extend(p for p, (ppid, _) in stats.items() if ppid == pid)
+    return found
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    return sum(after[pid] - before.get(pid, 0.0) for pid in after)
+
+
+def self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# --- the floor: one warm trio process, the same openai streaming call -------------------
+
+FLOOR_CODE = """
+import json, os, resource, sys, time
+import openai, trio
+
+async def main(n, warm):
+    client = openai.AsyncOpenAI(api_key="mock", base_url=os.environ["OPENAI_BASE_URL"], max_retries=0)
+    async def call():
+        stream = await client.responses.create(model="gpt-4o-mini", stream=True,
+                                               input=[{"role": "user", "content": [{"type": "input_text", "text": "Say hi"}]}])
+        async for event in stream:
+            pass
+    for _ in range(warm):
+        await call()
+    lat = []
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = u.ru_utime + u.ru_stime
+    for _ in range(n):
+        t = time.perf_counter()
+        await call()
+        lat.append(time.perf_counter() - t)
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"latency": lat, "cpu": (u.ru_utime + u.ru_stime - cpu0) / n}))
+    await client.close()
+
+trio.run(main, int(sys.argv[1]), int(sys.argv[2]))
+"""
+
+
+def floor(url: str, n: int) -> dict:
+    env = {**os.environ, "OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": "mock"}
+    out = subprocess.run([sys.executable, "-c", FLOOR_CODE, str(n), "10"], env=env, check=True,
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL).stdout
+    return json.loads(out)
+
+
+# --- the load generator ----------------------------------------------------------------
+
+
+class Session:
+    def __init__(self, session_id: str, ws) -> None:
+        self.id, self.ws = session_id, ws
+        self.done = None  # a trio.Event while a turn is in flight
+        self.posted = 0.0
+        self.turns = 0
+
+
+async def open_sessions(url: str, n: int, nursery, http) -> list[Session]:
+    import trio
+
+    sys.path.insert(0, str(REPO))
+    from omnigent.agents import bundle_bytes
+
+    bundle = bundle_bytes(AGENT)
+    ws_base = "ws" + url[4:]
+    sessions: list[Session] = []
+
+    async def one() -> None:
+        r = await http.post(f"{url}/v1/sessions", data={"metadata": "{}"},
+                            files={"bundle": ("agent.tar.gz", bundle, "application/gzip")})
+        r.raise_for_status()
+        sid = r.json()["session_id"]
+        ready = trio.Event()
+        nursery.start_soon(follow, ws_base, sid, sessions, ready)
+        await ready.wait()
+
+    async with trio.open_nursery() as opening:
+        for _ in range(n):
+            opening.start_soon(one)
+    return sessions
+
+
+async def follow(ws_base: str, sid: str, sessions: list[Session], ready) -> None:
+    import trio
+    from trio_websocket import ConnectionClosed, open_websocket_url
+
+    async with open_websocket_url(f"{ws_base}/v1/sessions/{sid}/ws",
+                                  extra_headers=[("Origin", "omnigent://internal")]) as ws:
+        session = Session(sid, ws)
+        sessions.append(session)
+        ready.set()
+        while True:
+            try:
+                raw = await ws.get_message()
+            except ConnectionClosed:
+                return
+            # a cheap look first: only the turn's end matters here
+            if '"response.completed"' in raw or '"response.failed"' in raw:
+                kind = json.loads(raw).get("type")
+                if kind in ("response.completed", "response.failed") and session.done is not None:
+                    session.latency = trio.current_time() - session.posted
+                    session.failed = kind == "response.failed"
+                    done, session.done = session.done, None
+                    done.set()
+
+
+async def turn(http, url: str, session: Session) -> float:
+    import trio
+
+    done = session.done = trio.Event()  # follow() clears session.done when it sets it
+    session.turns += 1
+    session.posted = trio.current_time()
+    r = await http.post(f"{url}/v1/sessions/{session.id}/events",
+                        json={"type": "message", "data": {"role": "user",
+                                                          "content": [{"type": "input_text", "text": "Say hi"}]}})
+    if r.status_code >= 400:
+        raise SystemExit(f"post failed: {r.status_code} {r.text[:200]}")
+    await done.wait()
+    if getattr(session, "failed", False):
+        raise SystemExit("a turn failed")
+    return session.latency
+
+
+async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
+    import httpx
+    import trio
+
+    results: dict = {}
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as http, trio.open_nursery() as nursery:
+        # Short conversations: this measures the cost of a turn, not of a long history (issue 10's
+        # flat-in-length figures are scripts/bench_history.py's). The lone session is a series of
+        # sessions of at most MAX_TURNS turns each; each phase of many sessions has its own.
+        lone_sessions = await open_sessions(url, -(-(args.lone + 10) // MAX_TURNS), nursery, http)
+        sessions = await open_sessions(url, args.sessions, nursery, http)
+        closed_sessions = await open_sessions(url, args.sessions, nursery, http)
+        # warm every session (its first turn binds it to a runner)
+        async with trio.open_nursery() as warm:
+            for s in lone_sessions + sessions + closed_sessions:
+                warm.start_soon(turn, http, url, s)
+
+        # lone: one session, one turn after the other
+        def lone_session() -> Session:
+            while lone_sessions[0].turns >= MAX_TURNS:
+                lone_sessions.pop(0)
+            return lone_sessions[0]
+
+        for _ in range(10):
+            await turn(http, url, lone_session())
+        cpu0, t0 = tree_cpu(server_pid), time.perf_counter()
+        results["lone"] = [await turn(http, url, lone_session()) for _ in range(args.lone)]
+        results["lone_cpu"] = cpu_delta(cpu0, tree_cpu(server_pid)) / args.lone
+        results["lone_wall"] = time.perf_counter() - t0
+
+        # paced: `rate` turns/s in all, each to a session with no turn in flight
+        paced: list[float] = []
+        idle = list(sessions)
+
+        async def paced_turn(s: Session) -> None:
+            paced.append(await turn(http, url, s))
+            idle.append(s)
+
+        async with trio.open_nursery() as pacing:
+            interval = 1 / args.rate
+            next_at = trio.current_time()
+            end = next_at + args.paced_s
+            while next_at < end:
+                await trio.sleep_until(next_at)
+                if idle:
+                    pacing.start_soon(paced_turn, idle.pop(0))
+                next_at += interval
+        results["paced"] = paced
+
+        # closed loop: every session posts its next turn as soon as its last is done
+        closed: list[float] = []
+        sessions = closed_sessions
+        stop_at = trio.current_time() + args.closed_s
+        cpu0 = tree_cpu(server_pid)
+        mock0 = tree_cpu(mock_pid)
+        me0 = self_cpu()
+        t0 = time.perf_counter()
+
+        async def loop(s: Session) -> None:
+            while trio.current_time() < stop_at:
+                closed.append(await turn(http, url, s))
+
+        async with trio.open_nursery() as looping:
+            for s in sessions:
+                looping.start_soon(loop, s)
+        wall = time.perf_counter() - t0
+        cpu1 = tree_cpu(server_pid)
+        results["closed"] = closed
+        results["closed_wall"] = wall
+        results["closed_cpu"] = cpu_delta(cpu0, cpu1)
+        results["shares"] = {pid: (cpu1[pid] - cpu0.get(pid, 0.0)) / wall for pid in cpu1}
+        results["mock_share"] = cpu_delta(mock0, tree_cpu(mock_pid)) / wall
+        results["loadgen_share"] = (self_cpu() - me0) / wall
+        results["max_turns"] = max(s.turns for s in closed_sessions)
+        nursery.cancel_scope.cancel()
+    return results
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def stall_report(path: Path, start: float) -> list[str]:
+    if not path.exists():
+        return []
+    by_kind: dict[str, list[float]] = {}
+    for line in path.read_text().splitlines():
+        try:
+            kind, at, ms = line.split()[:3]
+        except ValueError:
+            continue
+        if float(at) >= start:
+            by_kind.setdefault(kind, []).append(float(ms))
+    return [f"{kind}: {len(v)} over 1 ms, max {max(v):.1f} ms, total {sum(v):.0f} ms"
+            for kind, v in sorted(by_kind.items())]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--delay-ms", type=float, default=50)
+    parser.add_argument("--lone", type=int, default=100)
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=25)
+    parser.add_argument("--paced-s", type=float, default=15)
+    parser.add_argument("--closed-s", type=float, default=10)
+    parser.add_argument("--runners", type=int, default=4)
+    parser.add_argument("--floor-calls", type=int, default=100)
+    args = parser.parse_args()
+    import trio
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench still stops its server
+
+    mock, mock_url = start_mock(args.delay_ms)
+    server = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-sessions-") as tmp:
+            stalls = Path(tmp) / "stalls"
+            env = {**os.environ, "HOME": tmp, "OPENAI_BASE_URL": f"{mock_url}/v1", "OPENAI_API_KEY": "mock",
+                   "OMNIGENT_STALLS": str(stalls)}
+            floor_before = floor(mock_url, args.floor_calls)
+            server, url = start_server(env, Path(tmp) / "data", args.runners)
+            started = time.monotonic()
+            results = trio.run(load, url, server.pid, mock.pid, args)
+            floor_after = floor(mock_url, args.floor_calls)
+            stall_lines = stall_report(stalls, started)
+            names = {}
+            for pid in results["shares"]:
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    names[pid] = "server" if pid == server.pid else ("runner" if b"omnigent.runner" in cmd else
+                                                                    cmd[-2].decode() if len(cmd) > 1 else "?")
+                except OSError:
+                    names[pid] = "?"
+    finally:
+        if server is not None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        mock.terminate()
+        mock.wait()
+
+    floor_lat = statistics.median(floor_before["latency"] + floor_after["latency"])
+    floor_cpu = statistics.median([floor_before["cpu"], floor_after["cpu"]])
+    lone, paced, closed = results["lone"], results["paced"], results["closed"]
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; mock answers after "
+          f"{args.delay_ms:.0f} ms; server with {args.runners} runners; load generator in this process")
+    print(f"per-turn floor (one warm trio process, the same openai streaming call): latency median "
+          f"{floor_lat * 1000:.1f} ms (p99 {pct(floor_before['latency'] + floor_after['latency'], 0.99) * 1000:.1f}), "
+          f"CPU {floor_cpu * 1000:.2f} ms per call (before/after: {floor_before['cpu'] * 1000:.2f} / "
+          f"{floor_after['cpu'] * 1000:.2f})")
+    print()
+    print("| what | ratio / added | absolute |")
+    print("| --- | --- | --- |")
+    print(f"| CPU per turn, server + runners, lone session ({len(lone)} turns) | {results['lone_cpu'] / floor_cpu:.2f}× "
+          f"the floor's | {results['lone_cpu'] * 1000:.1f} ms |")
+    closed_cpu = results["closed_cpu"] / max(1, len(closed))
+    print(f"| CPU per turn, server + runners, {args.sessions} busy sessions (closed loop) | "
+          f"{closed_cpu / floor_cpu:.2f}× | {closed_cpu * 1000:.1f} ms |")
+    print(f"| lone session: added latency p50 / p99 | +{(pct(lone, .5) - floor_lat) * 1000:.1f} / "
+          f"+{(pct(lone, .99) - floor_lat) * 1000:.1f} ms | {pct(lone, .5) * 1000:.1f} / {pct(lone, .99) * 1000:.1f} ms |")
+    print(f"| {args.sessions} sessions paced at {args.rate:.0f} turns/s ({len(paced)} turns): added p50 / p99 | "
+          f"+{(pct(paced, .5) - floor_lat) * 1000:.1f} / +{(pct(paced, .99) - floor_lat) * 1000:.1f} ms | "
+          f"{pct(paced, .5) * 1000:.1f} / {pct(paced, .99) * 1000:.1f} ms |")
+    rate = len(closed) / results["closed_wall"]
+    print(f"| {args.sessions} sessions, closed loop ({len(closed)} turns in {results['closed_wall']:.1f} s, "
+          f"up to {results['max_turns']} turns per session) | "
+          f"{rate:.0f} turns/s | latency p50 {pct(closed, .5) * 1000:.0f} ms, p99 {pct(closed, .99) * 1000:.0f} ms |")
+    shares = sorted(((names[pid], share) for pid, share in results["shares"].items()), key=lambda x: -x[1])
+    parts = [f"{name} {share:.2f}" for name, share in shares if share >= 0.005]
+    parts += [f"mock {results['mock_share']:.2f}", f"load generator {results['loadgen_share']:.2f}"]
+    print(f"| closed loop: share of the cores (1.0 = one core) | | {', '.join(parts)} |")
+    if stall_lines:
+        print()
+        print("server stalls over the run (OMNIGENT_STALLS):")
+        for line in stall_lines:
+            print(f"  {line}")
+
+
+if __name__ == "__main__":
+    main()
