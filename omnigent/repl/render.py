@@ -228,7 +228,8 @@ class LiveRenderer:
         self._cr = False                  # a text delta ended in CR: is it half of a CRLF?
 
     def event(self, event: dict[str, Any]) -> None:
-        con, kind, turn_id = self.console, event["type"], event.get("turn_id")
+        con, kind = self.console, event["type"]
+        turn_id: Any = event.get("turn_id")
         call, result = steps.event_call(event), steps.event_result(event)
         if result is not None and call is not None and kind == ev.TOOL_DONE:
             # its call was shown when the model made it (live, or in the transcript on resume)
