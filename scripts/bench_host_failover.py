@@ -21,7 +21,6 @@ import argparse
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -126,7 +125,7 @@ async def main(args: argparse.Namespace) -> None:
                           f"in {times[-1]:.2f} s")
                     floors.append(await trio.to_thread.run_sync(import_floor, env))
                     await victim.start(nursery)
-                    await until(registry, lambda: len(registry.host_runners(victim.host_id)) == args.runners)
+                    await until(registry, lambda: len(registry.host_runners(victim.host_id)) == args.runners)  # noqa: B023 (called at once)
             floor = statistics.median(floors)
             print(f"failover: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
                   f"over {len(times)} rounds; `python -c 'import openai, trio'` in the same run: "

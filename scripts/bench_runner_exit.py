@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from omnigent.testing import mock_llm  # noqa: E402
-from protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, HelloAck, TurnStart, decode, encode  # noqa: E402
+from protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, HelloAck, TurnStart, encode  # noqa: E402
 
 STATES = ("start", "importing", "connecting", "idle", "mid-turn")
 assert PROTOCOL_VERSION

@@ -259,6 +259,7 @@ def process_child(
                     returncode = await _terminate(handle, grace)
                 handle.send_signal_group(signal.SIGKILL)  # stragglers left in the group
                 handle.close_stdin()
+            assert returncode is not None  # waited for or terminated just above
             if ctx is not None:
                 ctx.returncode = returncode
             if on_exit is not None:

@@ -79,9 +79,8 @@ def mock_credentials_env(mock_llm_server_url: str, tmp_path_factory: pytest.Temp
     return env
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """trio_mode marks every async test `trio`; one marked `asyncio` belongs to pytest-asyncio."""
-    for item in items:
-        if item.get_closest_marker("asyncio") is not None:
-            item.own_markers[:] = [m for m in item.own_markers if m.name != "trio"]
+def pytest_configure(config: pytest.Config) -> None:
+    """Per-test time limits that still tear fixtures down, and the asyncio tests given back to
+    pytest-asyncio: tests/support/timeouts.py."""
+    if not config.pluginmanager.has_plugin("tests.support.timeouts"):
+        config.pluginmanager.import_plugin("tests.support.timeouts")

@@ -20,7 +20,9 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from omnigent.tools.policy import TOOL_NAMES
 PERMISSIONS = ("ask", "auto", "deny")
@@ -30,6 +32,7 @@ DEFAULT_TOOL_TIMEOUT = 120
 _MAX_STEPS_BOUND = 10_000
 _MAX_TIMEOUT = 24 * 3600.0
 
+_T = TypeVar("_T")
 _log = logging.getLogger("omnigent.agents")
 _logged: set[tuple[str, str]] = set()
 
@@ -61,7 +64,8 @@ def read(doc: dict, executor: dict, source: str, *, strict: bool) -> Actions:
     )
 
 
-def _either(doc: dict, executor: dict, key: str, check) -> tuple[object, str | None]:
+def _either(doc: dict, executor: dict, key: str,
+            check: Callable[[object, str], _T]) -> tuple[_T | None, str | None]:
     """A key that may sit at the top level or under `executor:`: its checked value and where it was.
 
     Both given is fine when they agree (an effective document written back
@@ -168,7 +172,7 @@ def _tool_timeouts(doc: dict, executor: dict) -> dict:
     def check(value: object, where: str) -> dict:
         if not isinstance(value, dict):
             return {"default": seconds(value, where)}
-        out = {"default": DEFAULT_TOOL_TIMEOUT}
+        out: dict[str, int | float] = {"default": DEFAULT_TOOL_TIMEOUT}
         for key, v in value.items():
             if key != "default" and key not in TOOL_NAMES:
                 near = difflib.get_close_matches(key, ("default",) + TOOL_NAMES, n=1, cutoff=0.6)

@@ -102,7 +102,7 @@ def bundle_document(data: bytes, hint: str) -> tuple[object, str]:
             return select_document(
                 hint,
                 sorted(root),
-                lambda n: _bounded_yaml(tar.extractfile(root[n]).read(), f"{hint}/{n}"),
+                lambda n: _bounded_yaml(_member_bytes(tar, root[n]), f"{hint}/{n}"),
                 lambda n: f"{hint}/{n}",
             )
     except tarfile.TarError as e:
@@ -179,3 +179,10 @@ def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     return info
+
+
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    f = tar.extractfile(member)  # None only for members that are not regular files
+    if f is None:
+        raise tarfile.TarError(f"{member.name} is not a regular file")
+    return f.read()

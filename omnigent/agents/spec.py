@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -317,8 +318,12 @@ def _expand(value: str, env, source: str, where: str) -> str:
 
 # --- YAML and documents -----------------------------------------------------
 
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+if TYPE_CHECKING:  # the C classes when libyaml is there; the same interface either way
+    _BaseLoader = yaml.SafeLoader
+    _BaseDumper = yaml.SafeDumper
+else:
+    _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 class _Loader(_BaseLoader):

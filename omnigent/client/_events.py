@@ -189,7 +189,7 @@ _KNOWN: dict[str, tuple[type[Event], dict[str, type]]] = {
 def parse_event(data: dict[str, Any], *, event_type: str | None = None,
                 event_id: str | None = None) -> Event:
     """The typed event for one payload; `event_type`/`event_id` are the SSE `event:`/`id:` lines."""
-    type_ = data.get("type") if isinstance(data.get("type"), str) else event_type or "unknown"
+    type_: str = data["type"] if isinstance(data.get("type"), str) else event_type or "unknown"
     seq = data.get("sequence_number")
     if not isinstance(seq, int) or isinstance(seq, bool):
         seq = int(event_id) if event_id and event_id.isdigit() else None

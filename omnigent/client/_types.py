@@ -77,7 +77,7 @@ class File:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> File:
-        meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+        meta = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
         merged = {**meta, **{k: v for k, v in data.items() if k != "metadata"}}
         merged.setdefault("filename", merged.get("name", ""))
         merged.setdefault("bytes", 0)

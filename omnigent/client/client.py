@@ -13,7 +13,7 @@ the REPL make; each is a thin layer over the same transport and streams.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,7 +156,7 @@ class OmnigentClient:
         async with stream:
             first = await stream.__anext__()
 
-            async def dicts() -> AsyncIterator[dict[str, Any]]:
+            async def dicts() -> AsyncGenerator[dict[str, Any], None]:
                 yield first.data
                 async for event in stream:
                     try:

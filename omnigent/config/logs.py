@@ -68,6 +68,7 @@ def open_log(kind: str, root: Path | None = None) -> logging.Handler:
     except OSError as e:
         raise DiskError("cannot create log", path, e) from e
     handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s] %(message)s"))
+    assert handler.stream is not None  # opened now (no `delay`)
     try:
         handler.stream.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [omnigent] {kind} log of pid {os.getpid()}\n")
         handler.stream.flush()

@@ -45,6 +45,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -265,9 +266,9 @@ class Host:
             if self.spares:
                 nursery.start_soon(self._start_spares)
             try:
-                await self.supervisor.run(self.specs(), task_status=_Relay(task_status, self._slots_online))
+                await self.supervisor.run(self.specs(), task_status=_Relay(task_status, self._slots_online, self))
             except* GaveUp as group:
-                self._gave_up(group.exceptions[0])
+                self._gave_up(_first(group))
             nursery.cancel_scope.cancel()
 
     def _gave_up(self, exc: GaveUp) -> None:
@@ -334,7 +335,7 @@ class Host:
 
     async def launch(self, frame: p.LaunchRunner) -> None:
         """Answer one `LaunchRunner`: a `LaunchResult` after the runner's credential and launch frames."""
-        def answer(**fields: object) -> None:
+        def answer(**fields: Any) -> None:
             self.link.post(p.LaunchResult(request_id=frame.request_id, **fields))
 
         workspace, code, message = self.check_workspace(frame.workspace)
@@ -374,7 +375,7 @@ class Host:
                         nursery.start_soon(self._idle_watch, launch)
                     await launch.supervisor.run([spec])
         except* GaveUp as group:
-            exc = group.exceptions[0]
+            exc = _first(group)
             launch.error = f"{exc.reason}" + (f"\n{exc.log_tail}" if exc.log_tail else "")
             log.error("giving up on the runner of session %s: %s", launch.session_id, exc.reason)
         except* Exception as group:  # e.g. the runner could not be spawned at all
@@ -424,14 +425,24 @@ async def _subreaper() -> AsyncIterator[None]:
 
 
 class _Relay:
-    """A task status that also sets `event` when the supervisor reports started."""
+    """The supervisor's task status: reports `host` started (as `Host.run` declares, not the
+    supervisor the supervisor reports) and sets `event`."""
 
-    def __init__(self, status: trio.TaskStatus, event: trio.Event) -> None:
-        self._status, self._event = status, event
+    def __init__(self, status: trio.TaskStatus[Host], event: trio.Event, host: Host) -> None:
+        self._status, self._event, self._host = status, event, host
 
     def started(self, value: object = None) -> None:
-        self._status.started(value)
+        self._status.started(self._host)
         self._event.set()
+
+
+def _first(group: BaseExceptionGroup[GaveUp]) -> GaveUp:
+    """The first `GaveUp` of an `except*` group (nested groups flattened)."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    assert isinstance(exc, GaveUp)
+    return exc
 
 
 def _real(path: str) -> str:

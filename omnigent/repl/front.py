@@ -9,7 +9,7 @@ the current agent spec: the bundle is uploaded again before anything is sent.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..client import OmnigentClient, OmnigentError
 from ..config.timeline import mark
@@ -134,6 +134,7 @@ class Front:
             await opts.place(client, session_id)
 
         timeline = ["front.turn_started", "front.first_output"]  # points still to mark
+        error: dict[str, Any] | None
         status, error = "lost", {"code": "stream_closed", "message": "the server closed the event stream mid-turn"}
         mark("front.turn_posting")  # the client/ point nearest "turn dispatched" (not ours to edit)
         stream = client.sessions.stream(session_id, heartbeats=True)

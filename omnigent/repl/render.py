@@ -220,7 +220,8 @@ class LiveRenderer:
         self._cr = False                  # a text delta ended in CR: is it half of a CRLF?
 
     def event(self, event: dict[str, Any]) -> None:
-        con, kind, turn_id = self.console, event["type"], event.get("turn_id")
+        con, kind = self.console, event["type"]
+        turn_id: Any = event.get("turn_id")
         if kind not in _QUIET:
             self._settle()
         call, result = steps.event_call(event), steps.event_result(event)

@@ -218,7 +218,8 @@ class Repl(Commands):
             self.approvals.requested(event, at_prompt=self._at_prompt)
         elif event["type"] == ev.APPROVAL_RESOLVED:
             self.approvals.resolved(event)
-        turn, turn_id = self._turn, event.get("turn_id")
+        turn = self._turn
+        turn_id: Any = event.get("turn_id")
         if event["type"] in ev.TERMINAL_EVENTS and turn_id:
             self._ended.add(turn_id)
         if turn is None or turn.turn_id not in (None, turn_id):
@@ -243,6 +244,7 @@ class Repl(Commands):
                 trace(f"session created id={info['id']!r}")
                 await self._follow(info["id"], info["last_sequence_number"])
             session_id = self.session_id
+            assert session_id is not None  # created just above, or resumed
             if self._bound != session_id or self.options.place is not None:  # --server: every turn
                 with turn.before_post:
                     await self._bind(session_id)
@@ -356,6 +358,8 @@ class Repl(Commands):
                 await self._interrupt()
 
     async def _interrupt(self) -> None:
+        if self.session_id is None:
+            return  # nothing was created yet: nothing to interrupt
         try:
             await self.client.interrupt(self.session_id)
         except OmnigentError as exc:

@@ -144,7 +144,14 @@ async def _read_pipe(fd: int, deadline: float, timeout: float) -> tuple[str | No
             if not first:
                 return None, None  # EOF: empty stdin adds nothing
         if not first:
-            return None, waited_note(timeout)
+            # a slow start-up (a loaded machine) may have spent the whole wait before this ran:
+            # what is in the pipe already still counts (the cancelled receive never looked)
+            try:
+                first = os.read(fd, _CHUNK)  # non-blocking: O_NONBLOCK is on the shared description
+            except BlockingIOError:
+                return None, waited_note(timeout)
+            if not first:
+                return None, None
         chunks, size = [first], len(first)
         while size <= MAX_CONTEXT:
             chunk = await stream.receive_some(_CHUNK)

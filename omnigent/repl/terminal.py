@@ -154,9 +154,9 @@ class TtyInput:
             except (trio.Cancelled, trio.RunFinishedError):
                 return
             if kind == "answer":
-                line = self._answer(prompt)
+                answer = self._answer(prompt)
                 try:
-                    trio.from_thread.run(self._lines_in.send, line, trio_token=self._token)
+                    trio.from_thread.run(self._lines_in.send, answer, trio_token=self._token)
                 except (trio.Cancelled, trio.RunFinishedError):
                     return
                 continue

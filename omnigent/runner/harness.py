@@ -77,7 +77,7 @@ def prewarm(pool: ClientPool, environ: Mapping[str, str] = os.environ) -> None:
     except MissingCredentials:
         return  # turns will say so; nothing to warm
     client = pool.get(api_key, base_url)
-    client.responses, client.chat.completions  # lazily imported resources
+    client.responses, client.chat.completions  # noqa: B018 (touching them imports the lazy resources)
 
 
 def _new_client(api_key: str, base_url: str | None) -> openai.AsyncOpenAI:

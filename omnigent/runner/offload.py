@@ -44,6 +44,6 @@ def install() -> list[str]:
         except ImportError:
             continue
         if hasattr(module, "async_maybe_transform"):
-            module.async_maybe_transform = transform_in_thread
+            setattr(module, "async_maybe_transform", transform_in_thread)  # noqa: B010 (mypy: not every module has it)
             patched.append(name)
     return patched

@@ -190,7 +190,7 @@ class Turns:
             elapsed = trio.current_time() - started
             if isinstance(terminal, TurnFailed):
                 log(f"turn {start.turn_id} failed after {elapsed:.2f} s: {terminal.code}: {terminal.message}")
-            elif isinstance(terminal, ToolResult):
+            elif isinstance(terminal, ToolResult) and isinstance(start, ToolStart):
                 log(f"turn {start.turn_id} step {start.step}: {start.name} {terminal.status} after {elapsed:.2f} s"
                     + (f" (exit code {terminal.exit_code})" if terminal.exit_code is not None else ""))
             else:

@@ -54,7 +54,7 @@ from .registry import RunnerConn
 
 log = logging.getLogger("omnigent.server.turns")
 
-MOVED = object()  # put on a followed turn's route when its session is rebound by hand
+MOVED: Any = object()  # put on a followed turn's route when its session is rebound by hand
 OPEN = ("running", "waiting")
 DEFAULT_MAX_STEPS = 50
 DEFAULT_TOOL_TIMEOUT = 120.0
@@ -141,6 +141,7 @@ class AgentLoop:
             if kind == "model":
                 outcome = await self._model_step(t, n)
             else:
+                assert call is not None  # _next gives a "tool" step its call
                 outcome = await self._tool_step(t, n, call, later)
             if outcome is not None:
                 return outcome

@@ -124,7 +124,7 @@ def create_app(state: ServerState) -> QuartTrio:
     files.register(app, state)
     hosts.register(app, state)
     approvals.register(app, state)
-    app.asgi_app = _drain_unread_body(app.asgi_app)
+    app.asgi_app = _drain_unread_body(app.asgi_app)  # type: ignore[method-assign]  # ASGI middleware, as quart documents
     return app
 
 

@@ -124,7 +124,7 @@ def answered(items: list[dict[str, Any]], calls: Collection[Any] = (),
     outputs = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}.union(outputs)
     calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}.union(calls)
     out: list[dict[str, Any]] = []
-    unanswered: list[str] = []
+    unanswered: list[Any] = []  # call ids as the items carry them
     for item in items:
         kind = item.get("type")
         if kind != "function_call" and unanswered:  # the step's calls end here

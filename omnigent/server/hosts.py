@@ -34,6 +34,7 @@ from .errors import ApiError, invalid, not_found
 from .host_link import revoke_host as revoke
 from .host_link import serve_host
 from .registry import LOCAL_HOST
+from .quart_compat import CLIENT_DISCONNECTED
 from .state import ServerState
 
 MAX_ROOTS = 64
@@ -157,7 +158,7 @@ def register(app: Any, state: ServerState) -> None:
         await websocket.accept()
         try:
             await serve_host(state, host_id, _Transport(), bearer(websocket.headers.get("Authorization")))
-        except* (ConnectionError, *_DISCONNECTED):
+        except* (ConnectionError, *CLIENT_DISCONNECTED):  # type: ignore[misc]  # mypy: a starred tuple
             pass  # the host went away (quart 0.23 raises on receive; 0.22 cancels the handler)
 
     app.add_url_rule("/v1/hosts", "hosts_create", create_host, methods=["POST"])
@@ -198,13 +199,3 @@ class _Transport:
         except Exception as exc:
             if type(exc).__name__ != "UnexpectedMessageError":
                 raise
-
-
-def _disconnected() -> tuple[type[BaseException], ...]:
-    import quart.wrappers.base as base  # G3: the class exists only in quart 0.23
-
-    cls = getattr(base, "ClientDisconnectedError", None)
-    return (cls,) if cls is not None else ()
-
-
-_DISCONNECTED = _disconnected()

@@ -34,7 +34,7 @@ import os
 import sqlite3
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -265,7 +265,7 @@ class EventHub:
     # --- following -------------------------------------------------------------
 
     async def follow(self, session_id: str, after: int | None = None, *,
-                     heartbeat: float | None = None) -> AsyncIterator[dict[str, Any]]:
+                     heartbeat: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
         """Events with sequence_number > after, then live ones; None = live only.
 
         A cursor the log cannot serve whole gets one `session.resync` first.
@@ -279,7 +279,7 @@ class EventHub:
                     yield event
 
     async def follow_batches(self, session_id: str, after: int | None = None, *,
-                             heartbeat: float | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+                             heartbeat: float | None = None) -> AsyncGenerator[list[dict[str, Any]], None]:
         """`follow`, a list at a time: every event ready when the follower looks.
 
         A stream route writes each list as one chunk, so a burst of deltas

@@ -17,6 +17,7 @@ from ..link.runner_secrets import bearer, hash_secret, mint_runner_id, mint_secr
 from . import bodies
 from ._routes import check_origin
 from .errors import ApiError, invalid
+from .quart_compat import CLIENT_DISCONNECTED
 from .runner_link import serve_runner
 from .state import ServerState
 
@@ -78,7 +79,10 @@ def register(app: Any, state: ServerState) -> None:
         except ApiError as exc:
             return exc.body(), exc.status
         await websocket.accept()
-        await serve_runner(state, runner_id, _QuartTransport(), bearer(websocket.headers.get("Authorization")))
+        try:
+            await serve_runner(state, runner_id, _QuartTransport(), bearer(websocket.headers.get("Authorization")))
+        except* CLIENT_DISCONNECTED:
+            pass  # the runner went away (quart 0.23 raises on receive/send; 0.22 cancels the handler)
 
 
 class _QuartTransport:

@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -61,7 +62,7 @@ async def run_server(
     sock: socket.socket,
     *,
     token: str | None,
-    host_links: list[LinkEnd] = (),
+    host_links: Sequence[LinkEnd] = (),
     runner_wait: float = 30.0,
     max_losses: int = 5,
     max_attempts: int | None = None,  # the old name of max_losses

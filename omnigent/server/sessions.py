@@ -132,7 +132,7 @@ def register(app: Any, state: ServerState) -> None:
         )
         if host_id is not None:  # hosts: the session belongs to that host (server/hosts.py)
             store.set_conversation_host(conv["id"], host_id)
-            conv = store.get_conversation(conv["id"])
+            conv = store.get_conversation(conv["id"]) or conv
         return conv
 
     @app.get("/v1/sessions")
@@ -214,7 +214,7 @@ def register(app: Any, state: ServerState) -> None:
                 raise ApiError("conflict", f"runner '{rid}' is isolated: it serves one session only")
             store.set_runner(session_id, rid or None)  # a change bumps the session's generation
             state.turns.session_moved(session_id)  # a turn on the old runner is refused from now on
-        fields = {}
+        fields: dict[str, Any] = {}
         for key in ("title", "model_override"):
             if key in body:
                 if body[key] is not None and not isinstance(body[key], str):

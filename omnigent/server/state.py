@@ -34,7 +34,7 @@ class HostEvents:
 
     def _links_for(self, runner_id: str) -> list[LinkEnd]:
         host_id = self.registry.host_of(runner_id) if self.registry is not None else LOCAL_HOST
-        if host_id == LOCAL_HOST:
+        if host_id == LOCAL_HOST or self.registry is None:
             return self.links
         conn = self.registry.hosts.get(host_id)
         return [conn.link] if conn is not None else []

@@ -24,6 +24,7 @@ from protocol import events as ev
 from ._routes import check_origin, conversation
 from .errors import ApiError, invalid
 from .hub import HEARTBEAT_EVERY
+from .quart_compat import CLIENT_DISCONNECTED
 from .state import ServerState
 
 
@@ -65,17 +66,20 @@ def register(app: Any, state: ServerState) -> None:
         except ApiError as exc:
             return exc.body(), exc.status
         await websocket.accept()
-        async with trio.open_nursery() as n:
-            n.start_soon(_close_on_shutdown, n)
-            n.start_soon(_drain_client)
-            now = state.hub.last_seq(session_id)
-            await websocket.send(json.dumps({"type": ev.HEARTBEAT, "session_id": session_id,
-                                             "sequence_number": now}))
-            stream = state.hub.follow(session_id, now if after is None else after, heartbeat=HEARTBEAT_EVERY)
-            async with aclosing(stream):
-                async for event in stream:
-                    await websocket.send(json.dumps(event))
-            n.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as n:
+                n.start_soon(_close_on_shutdown, n)
+                n.start_soon(_drain_client)
+                now = state.hub.last_seq(session_id)
+                await websocket.send(json.dumps({"type": ev.HEARTBEAT, "session_id": session_id,
+                                                 "sequence_number": now}))
+                stream = state.hub.follow(session_id, now if after is None else after, heartbeat=HEARTBEAT_EVERY)
+                async with aclosing(stream):
+                    async for event in stream:
+                        await websocket.send(json.dumps(event))
+                n.cancel_scope.cancel()
+        except* CLIENT_DISCONNECTED:
+            pass  # the watcher left (quart 0.23 raises on receive/send; 0.22 cancels the handler)
 
     async def _close_on_shutdown(n: trio.Nursery) -> None:
         await state.shutting_down.wait()

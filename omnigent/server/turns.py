@@ -43,7 +43,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
@@ -180,7 +180,7 @@ class TurnService:
         return taken
 
     async def _reclaim(self, session_id: str, turn_id: str,
-                       conn: RunnerConn) -> tuple[RunnerConn, trio.MemoryReceiveChannel[Any]] | str | None:
+                       conn: RunnerConn) -> tuple[RunnerConn, trio.MemoryReceiveChannel[Any]] | Literal["cancelled"] | None:
         """A remote runner's link dropped mid-turn: its reconnect within the grace, claiming the turn.
 
         Called with no checkpoint since the loss was seen (`reconnects.py`).

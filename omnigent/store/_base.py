@@ -15,7 +15,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import ids
 from .db import write_transaction
@@ -128,7 +128,10 @@ def _turn(row: dict | None, step: dict | None = None) -> dict | None:
     return row
 
 
-def _step(row: dict | None) -> dict | None:
+Row = TypeVar("Row", bound="dict | None")  # a row decoder keeps a found row a dict for mypy
+
+
+def _step(row: Row) -> Row:
     if row is not None:
         row["usage"] = json.loads(row["usage"]) if row.get("usage") else None
     return row

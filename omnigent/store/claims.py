@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 from . import ids
 from ._base import Tables, _wire_item
@@ -22,6 +23,12 @@ from .owners import ClaimOwner, owner_alive
 
 
 class ClaimsMixin(Tables):
+    if TYPE_CHECKING:  # ItemsMixin's and TurnsMixin's, beside this one in `Store`
+        def _insert_items(self, conv_id: str, items: list[dict], *, turn_id: str | None,
+                          response_id: str | None, status: str | None, output_indexed: bool,
+                          first_index: int = 0) -> list[dict]: ...
+        def get_turn(self, turn_id: str) -> dict | None: ...
+
     def claim_conversation(self, conv_id: str, owner: ClaimOwner, *, turn_id: str | None, lease: float) -> bool:
         """Take (or renew) the conversation's claim for `owner`, for `lease` seconds.
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 
-from ._base import Tables
+from ._base import Row, Tables
 
 HOST_PREFIX = "host_"
 _COLUMNS = "id, name, secret_hash, workspace_roots, capacity, generation, created_at, last_seen_at, revoked_at"
@@ -24,7 +25,7 @@ def new_host_id() -> str:
 
 
 class HostsMixin(Tables):
-    def create_host(self, secret_hash: str, *, name: str = "", workspace_roots: list[str] = (),
+    def create_host(self, secret_hash: str, *, name: str = "", workspace_roots: Sequence[str] = (),
                     capacity: int = 0) -> dict:
         host_id = new_host_id()
         with self._write():
@@ -92,7 +93,7 @@ class HostsMixin(Tables):
                                 [host_id, workspace, conv_id])
 
 
-def _host(row: dict | None) -> dict | None:
+def _host(row: Row) -> Row:
     if row is not None:
         try:
             roots = json.loads(row["workspace_roots"] or "[]")

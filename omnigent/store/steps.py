@@ -22,7 +22,7 @@ Needs `ItemsMixin` (for `_insert_items`) in the same `Store`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._base import STEP_COLUMNS, Tables, _step
 
@@ -37,6 +37,12 @@ _SELECT = f"SELECT {', '.join(STEP_COLUMNS)} FROM turn_steps"
 
 
 class StepsMixin(Tables):
+    if TYPE_CHECKING:  # ItemsMixin's, beside this one in `Store`
+        def _insert_items(self, conv_id: str, items: list[dict], *, turn_id: str | None,
+                          response_id: str | None, status: str | None, output_indexed: bool,
+                          first_index: int = 0) -> list[dict]: ...
+        def _next_output_index(self, conv_id: str, turn_id: str) -> int: ...
+
     def steps(self, turn_id: str) -> list[dict]:
         """The turn's steps, ordered by step number."""
         return [_step(r) for r in self._all(_SELECT + " WHERE turn_id = ? ORDER BY step", [turn_id])]

@@ -44,7 +44,7 @@ import json
 import signal
 import sys
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -87,7 +87,7 @@ def create_app(delay: float = 0.0) -> QuartTrio:
     async def read_json_raw(*, allow_empty: bool = False) -> tuple[dict[str, Any], bytes]:
         # Parse by hand: Quart's get_json would answer a malformed body with
         # its own HTML 400, and the protocol promises JSON errors.
-        raw = await request.get_data(as_text=False)
+        raw = cast(bytes, await request.get_data(as_text=False))
         if not raw.strip():
             if allow_empty:
                 return {}, raw
@@ -108,7 +108,7 @@ def create_app(delay: float = 0.0) -> QuartTrio:
     async def llm_call(api: str) -> Any:
         body, raw = await read_json_raw()
         key, entry = state.take(body, raw)
-        model = body.get("model") if isinstance(body.get("model"), str) else FALLBACK_MODEL
+        model: str = body["model"] if isinstance(body.get("model"), str) else FALLBACK_MODEL
         if delay > 0:
             await trio.sleep(delay)
         if entry.get("block"):

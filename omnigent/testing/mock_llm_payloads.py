@@ -173,7 +173,7 @@ def dropped_response_sse(entry: dict[str, Any], model: str) -> str:
     sent = text[: entry["drop_after"]]
     response_id = _new_id("resp_")
     item = _message_item(sent, done=False)
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "response.created", "response": response_object(
             response_id=response_id, model=model, created_at=int(time.time()), output=[], text=None,
             completed=False)},

@@ -97,7 +97,7 @@ async def _in_thread(name: str, ws: Workspace, args: dict) -> str:
     stop = threading.Event()  # grep checks it between files, so an abandoned walk ends soon
     try:
         if name == "grep":
-            return await trio.to_thread.run_sync(lambda: tool(ws, args, stop=stop), abandon_on_cancel=True)
+            return await trio.to_thread.run_sync(lambda: search.grep(ws, args, stop=stop), abandon_on_cancel=True)
         return await trio.to_thread.run_sync(tool, ws, args, abandon_on_cancel=True)
     finally:
         stop.set()

@@ -25,7 +25,7 @@ import secrets
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -231,7 +231,10 @@ class _Escaping(Exception):
         self.error = error
 
 
-def _only(group: BaseExceptionGroup, kind: type[BaseException]) -> BaseException | None:
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _only(group: BaseExceptionGroup, kind: type[_E]) -> _E | None:
     """The single leaf of `group` if it is a `kind`, else None."""
     leaves: list[BaseException] = []
 

@@ -25,6 +25,6 @@ class SignalExit:
     async def watch(self) -> None:
         with trio.open_signal_receiver(*self.signals) as received:
             async for signum in received:
-                self.code = SIGNAL_EXIT[signum]
+                self.code = SIGNAL_EXIT[signal.Signals(signum)]
                 self.scope.cancel()
                 return

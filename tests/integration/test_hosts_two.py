@@ -165,7 +165,7 @@ class LaunchingHost:
         self.requests: list[p.LaunchRunner] = []
 
     async def serve(self) -> None:
-        async with trio.open_nursery() as n:
+        async with trio.open_nursery():
             async for frame in self.host_end.receive:
                 if isinstance(frame, p.LaunchRunner):
                     self.requests.append(frame)

@@ -14,7 +14,6 @@ import logging
 import os
 from collections.abc import Iterator
 
-import anyio
 import httpx
 import pytest
 import sniffio

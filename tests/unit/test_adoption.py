@@ -233,7 +233,7 @@ async def test_a_local_runner_whose_link_drops_is_not_waited_for(autojump_clock,
         await r.hello()
         await s.hello()
         item = store.append_item(sid, {"type": "message", "role": "user", "content": "hi"})
-        tid = store.create_turn(sid, item["id"])["id"]
+        store.create_turn(sid, item["id"])
         state.turns.submit(sid)
         with trio.move_on_after(1):
             while store.get_conversation(sid)["runner_id"] is None:

@@ -81,6 +81,20 @@ async def test_the_wait_counts_from_the_start_of_the_run():
         os.close(w)
 
 
+async def test_what_came_during_a_slow_start_up_still_counts():
+    r, w = os.pipe()
+    try:
+        os.write(w, b"+ added line\n")  # piped at once, but the run took longer than the wait to start
+        os.close(w)
+        w = -1
+        context, note = await StdinContext(fd=r, timeout=SHORT, started=trio.current_time() - 10).read()
+        assert (context, note) == ("+ added line\n", None)
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)
+
+
 async def test_after_the_first_byte_a_slow_writer_is_waited_for():
     r, w = os.pipe()
 

@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 import trio
 import trio.testing
 from trio_websocket import CloseReason, ConnectionClosed, HandshakeError
