@@ -64,6 +64,7 @@ def _listed(env: dict[str, str], *args: object) -> list[dict]:
     return json.loads(_ok(sessions(env, "list", "--json", *args)))
 
 
+@pytest.mark.slow  # out of the default run to keep it under 5 minutes; .ci/run runs it
 def test_list_show_export_rename_rm_on_the_store_run_made(env, tmp_path, mock_llm_server_url):
     model = f"sessions-{uuid.uuid4().hex[:8]}"
     configure_mock_llm(mock_llm_server_url, [{"text": "Lisbon, in May."}, {"text": "Pack light."}], key=model)

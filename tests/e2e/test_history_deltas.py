@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import configure_mock_llm
 from tests.e2e._repl_helpers import RUN_TIMEOUT, agent_env, run_args
@@ -72,6 +73,7 @@ def _conversation(python: Path, root: Path, base_env: dict, mock: str, tmp_path:
     return found["sha256"], logs
 
 
+@pytest.mark.slow  # out of the default run to keep it under 5 minutes; .ci/run runs it
 def test_later_turns_send_deltas_and_the_model_gets_the_same_bytes(
         omnigent_python, omnigent_repo_root, mock_credentials_env, mock_llm_server_url, tmp_path):
     args = (omnigent_python, omnigent_repo_root, mock_credentials_env, mock_llm_server_url, tmp_path,

@@ -12,6 +12,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import configure_mock_llm, mock_requests
 from tests.e2e._repl_helpers import (
     RUN_TIMEOUT,
@@ -31,6 +33,7 @@ def _run(python: Path, root: Path, env: dict[str, str], args: list[str], stdin: 
                           capture_output=True, text=True, timeout=RUN_TIMEOUT)
 
 
+@pytest.mark.slow  # out of the default run to keep it under 5 minutes; .ci/run runs it
 def test_a_resumed_turn_sends_that_conversation_and_no_other(
     omnigent_python, omnigent_repo_root, mock_credentials_env, mock_llm_server_url, tmp_path,
 ):

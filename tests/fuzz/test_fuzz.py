@@ -102,6 +102,7 @@ def _report(tally: Tally, seed: int) -> str:
             f"OMNIGENT_FUZZ_SEED={seed}):\n{shown}")
 
 
+@pytest.mark.slow  # out of the default run (the full fuzz covers every route too) to keep it under 5 minutes; .ci/run runs it
 async def test_quick_fuzz_every_route(tmp_path):
     # the host routes have their own quick fuzz below (most of its inputs authorized); kept out
     # here so this seed's inputs stay those it always was

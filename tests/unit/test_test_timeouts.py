@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO_ROOT
 
 TINY_SUITE = '''
@@ -124,6 +126,7 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited (stack-notes G15)
 
 
+@pytest.mark.slow  # out of the default run to keep it under 5 minutes; .ci/run runs it
 def test_a_hanging_test_fails_on_time_and_its_processes_are_gone(tmp_path: Path) -> None:
     (tmp_path / "test_tiny.py").write_text(TINY_SUITE)
     (tmp_path / "pytest.ini").write_text(textwrap.dedent("""\
