@@ -34,11 +34,15 @@ def mark(name: str) -> None:
         return
     import time
 
-    line = f"{name} {time.monotonic():.6f} {os.getpid()}\n".encode()
+    _append(path, f"{name} {time.monotonic():.6f} {os.getpid()}\n")
+
+
+def _append(path: str, line: str) -> None:
+    """One `O_APPEND` write (0600): lines of concurrent processes never interleave; failing is silent."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            os.write(fd, line)
+            os.write(fd, line.encode())
         finally:
             os.close(fd)
     except OSError:
@@ -67,15 +71,7 @@ def stall(kind: str, seconds: float) -> None:
         return
     import time
 
-    line = f"{kind} {time.monotonic():.6f} {seconds * 1000:.3f}\n".encode()
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    _append(path, f"{kind} {time.monotonic():.6f} {seconds * 1000:.3f}\n")
 
 
 def watch_gc() -> bool:
