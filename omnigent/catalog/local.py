@@ -75,11 +75,15 @@ class LocalCatalog:
         store = self._require(session_id)
         pid = _live_turn_owner(store, session_id)
         if pid is not None:
-            # That process's dispatcher cannot be told from here, and deleting under it fails
-            # its turn mid-flight; through its API (`--server`) the turn is cancelled first.
-            raise CatalogError(f"session {session_id} has a turn in progress in omnigent process {pid}: "
-                               f"stop it there (Ctrl-C) or let it end, then rm again (if that process is "
-                               f"`omnigent server`, `rm --server URL` through it cancels the turn first)")
+            # Deleting under that process would fail its turn mid-flight; its dispatcher cannot be
+            # called from here, so the turn is asked to cancel through the store (the process sees
+            # the request at its next claim renewal, every 2 s) and the rows go once it has.
+            store.request_cancel(session_id)
+            pid = _wait_for_turns_to_end(store, session_id, CANCEL_WAIT)
+        if pid is not None:
+            raise CatalogError(f"session {session_id} has a turn in progress in omnigent process {pid} that "
+                               f"did not stop within {CANCEL_WAIT:.0f} s: stop it there (Ctrl-C), then rm again "
+                               f"(if that process is `omnigent server`, `rm --server URL` cancels it through it)")
         try:  # a turn left running or queued by a process that is gone is marked cancelled first, by the store
             store.delete_conversation(session_id)
         except NotFoundError:  # removed by someone else meanwhile
@@ -104,6 +108,20 @@ class LocalCatalog:
 
 
 _OPEN = ("queued", "running", "waiting")
+CANCEL_WAIT = 10.0  # s: a claim renewal (2 s) plus the runner's cancel, with room for a loaded machine
+
+
+def _wait_for_turns_to_end(store: Store, session_id: str, timeout: float) -> int | None:
+    """Poll until no live process runs a turn of this session: None then, else that process's pid.
+
+    A plain sleep loop: this is a short-lived CLI command, with no event loop to wait on.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while (pid := _live_turn_owner(store, session_id)) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pid
 
 
 def _live_turn_owner(store: Store, session_id: str) -> int | None:

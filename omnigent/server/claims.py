@@ -7,13 +7,19 @@ message and its history are read only once it holds the claim, so it sees the
 answer it waited for. The holder renews a lease every `RENEW_EVERY` s; a
 claim whose holder died (pid gone, or reused: the start time differs) or
 whose lease ran out is taken over at the next poll, well within 5 s.
+
+The renewal is also how another process reaches a running turn: `omnigent
+sessions rm` on the local store cannot call this process's dispatcher, so
+it stores a cancel request on the turn (`Store.request_cancel`) and the
+holder, at its next renewal, hands it to `on_cancel_request`, which cancels
+the turn as an interrupt would.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import trio
@@ -47,11 +53,15 @@ class Claims:
             await trio.sleep(POLL_EVERY)
 
     @asynccontextmanager
-    async def renewed(self, session_id: str, turn_id: str) -> AsyncIterator[None]:
-        """Keep an acquired claim's lease running inside; release the claim after."""
+    async def renewed(self, session_id: str, turn_id: str,
+                      on_cancel_request: Callable[[], None] | None = None) -> AsyncIterator[None]:
+        """Keep an acquired claim's lease running inside; release the claim after.
+
+        `on_cancel_request` is called once, at a renewal, if another process asked for
+        this turn to be cancelled (it must not block: it starts the cancel elsewhere)."""
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._renew, session_id, turn_id)
+                nursery.start_soon(self._renew, session_id, turn_id, on_cancel_request)
                 try:
                     yield
                 finally:
@@ -68,11 +78,16 @@ class Claims:
             except sqlite3.Error as exc:  # e.g. a full disk: the lease runs out by itself
                 log.error("could not release the claim on %s: %s", session_id, exc)
 
-    async def _renew(self, session_id: str, turn_id: str) -> None:
+    async def _renew(self, session_id: str, turn_id: str,
+                     on_cancel_request: Callable[[], None] | None) -> None:
         while True:
             await trio.sleep(RENEW_EVERY)
             try:
                 renewed = self.store.renew_claim(session_id, self.owner, lease=LEASE)
+                if on_cancel_request is not None and self.store.cancel_requested(turn_id):
+                    log.info("turn %s: another process asked to cancel it (sessions rm)", turn_id)
+                    on_cancel_request()
+                    on_cancel_request = None
             except sqlite3.Error as exc:  # a failing disk: try again at the next renewal
                 log.error("could not renew the claim on %s: %s", session_id, exc)
                 continue

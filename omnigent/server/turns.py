@@ -40,6 +40,7 @@ dispatched again.
 from __future__ import annotations
 
 import logging
+from functools import partial
 import os
 import sqlite3
 from collections.abc import Callable
@@ -265,7 +266,8 @@ class TurnService:
                     self._cancelled(session_id, turn["id"])
                     continue
                 # history is read only inside the claim: it has the answer this turn waited for
-                async with self.claims.renewed(session_id, turn["id"]):
+                async with self.claims.renewed(session_id, turn["id"], on_cancel_request=partial(
+                        self._nursery.start_soon, self.interrupt, session_id)):
                     self.store.place_pending(session_id, turn["input_item_id"])
                     if self.adoptions.expects(turn["id"]):
                         await self._recover(session_id, turn)

@@ -423,6 +423,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         additive=True,
         apply=create_search_index,
     ),
+    Migration(
+        "0011_turn_cancel_requests",
+        """
+        -- a cancel asked for by another process (`omnigent sessions rm` on the local store):
+        -- the process running the turn sees it at its next claim renewal and cancels the
+        -- turn through its own dispatcher (server/claims.py), as an interrupt would
+        ALTER TABLE turns ADD COLUMN cancel_requested_at REAL;
+        """,
+        additive=True,
+    ),
 )
 
 

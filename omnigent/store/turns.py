@@ -92,6 +92,19 @@ class TurnsMixin(Tables):
             params.append(status)
         return self._with_steps(self._all(sql + " ORDER BY t.created_at, t.rowid", params))
 
+    def request_cancel(self, conv_id: str) -> int:
+        """Ask the process running this conversation's open turns to cancel them (`sessions rm`
+        on the local store): it sees the request at its next claim renewal. Returns how many."""
+        with self._write():
+            return self.db.execute(
+                "UPDATE turns SET cancel_requested_at = ? WHERE conversation_id = ?"
+                " AND status IN ('queued', 'running', 'waiting') AND cancel_requested_at IS NULL",
+                [self._clock(), conv_id]).rowcount
+
+    def cancel_requested(self, turn_id: str) -> bool:
+        """Whether another process asked for this turn to be cancelled (`request_cancel`)."""
+        return bool(self._scalar("SELECT cancel_requested_at IS NOT NULL FROM turns WHERE id = ?", [turn_id]))
+
     def next_queued_turn(self, conv_id: str) -> dict | None:
         """The oldest 'queued' turn of a conversation."""
         return self._with_step(

@@ -219,3 +219,40 @@ async def test_rm_through_a_server_cancels_the_running_turn(env, served, tmp_pat
         assert denied.returncode == 1 and len(denied.stderr.splitlines()) == 1
     finally:
         release_gates(mock_llm_server_url)
+
+
+async def test_rm_on_the_local_store_cancels_the_turn_a_live_server_runs(env, served, tmp_path, mock_llm_server_url):
+    """No --server: the rm asks through the store, the server cancels at its next claim renewal."""
+    import trio
+
+    from omnigent.agents import bundle_bytes
+    from omnigent.client import OmnigentClient
+
+    model = f"sessions-{uuid.uuid4().hex[:8]}"
+    configure_mock_llm(mock_llm_server_url, [{"block": True}, {"text": "still serving"}], key=model)
+    local_env = {k: v for k, v in env.items() if k != "OMNIGENT_REMOTE_AUTH_TOKEN"}
+    try:
+        async with OmnigentClient(served, token="s3cret") as client:
+            session = await client.create_session(bundle_bytes(_agent(tmp_path, model)), title="doomed")
+            stream = client.sessions.stream(session["id"], heartbeats=True, reconnect=False)
+            seen = []
+            with trio.fail_after(TIMEOUT):
+                async with stream:
+                    await stream.__anext__()
+                    await client.post_message(session["id"], "take your time")
+                    await trio.to_thread.run_sync(wait_for_gate, mock_llm_server_url, model)
+                    removed = await trio.run_process(
+                        [sys.executable, "-m", "omnigent", "sessions", "rm", session["id"], "--yes"],
+                        env=local_env, capture_stdout=True, capture_stderr=True, check=False)
+                    assert (removed.returncode, removed.stdout) == (0, f"Deleted {session['id']}\n".encode()), \
+                        removed.stderr
+                    async for event in stream:  # the server cancelled it before the rows went
+                        seen.append(event.type)
+                        if event.type == "response.cancelled":
+                            break
+                assert "response.completed" not in seen, seen
+                assert await client.list_sessions() == []
+                other = await client.create_session(bundle_bytes(_agent(tmp_path, model)))
+                assert (await client.run_turn(other["id"], "still there?")).text == "still serving"
+    finally:
+        release_gates(mock_llm_server_url)

@@ -132,9 +132,9 @@ def test_every_row_and_index_is_kept(upgraded):
     after = dump(path)
     assert len(before["conversation_items"]) == ITEMS
     for table, rows in before.items():
-        if table == "turns":  # two columns more (0007), NULL on every old turn
-            assert [row[:-2] for row in after[table]] == rows
-            assert {row[-2:] for row in after[table]} == {(None, None)}
+        if table == "turns":  # columns more (0007: two; 0011: cancel_requested_at), NULL on every old turn
+            assert [row[:len(rows[0])] for row in after[table]] == rows
+            assert {row[len(rows[0]):] for row in after[table]} == {(None, None, None)}
         elif table == "conversations":  # columns more: permission_mode (0007), forked_from/_at_item (0009)
             assert [row[:len(rows[0])] for row in after[table]] == rows
             assert {row[len(rows[0]):] for row in after[table]} == {(None, None, None)}
