@@ -29,10 +29,12 @@ Items are kept normalized (`wire.normalize_item`) with their request bytes
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol import TurnStart
 from protocol.history import ZERO, item_bytes, link
 
 from .wire import EncodedItems, normalize_item
@@ -121,6 +123,20 @@ class HistoryCache:
         entry.truncate(count)
         entry.extend(items)
         return self._keep(session_id, entry)
+
+    def whole(self, start: TurnStart) -> TurnStart | None:
+        """The step with its whole history: a full one is remembered, a delta extends the copy.
+
+        None when the copy does not hold the prefix named (the runner then sends `HistoryMiss`)."""
+        if not start.history_from:
+            items = self.remember(start.session_id, start.generation, start.input)
+        else:
+            found = self.extend(start.session_id, start.generation, start.history_from,
+                                start.history_hash, start.input)
+            if found is None:
+                return None
+            items = found
+        return dataclasses.replace(start, input=items, history_from=0, history_hash="")
 
     def drop(self, session_id: str) -> None:
         entry = self._entries.pop(session_id, None)

@@ -134,20 +134,15 @@ class Turns:
         """The step with its whole history, from the cache when it carries only the new items.
 
         None: the cache does not hold the prefix named; `HistoryMiss` is on its way."""
-        if not start.history_from:
-            items = self.histories.remember(start.session_id, start.generation, start.input)
-        else:
-            found = self.histories.extend(start.session_id, start.generation, start.history_from,
-                                          start.history_hash, start.input)
-            if found is None:
-                log(f"turn {start.turn_id} step {start.step}: the history prefix of {start.history_from} items "
-                    "is not the one held here; asking for it in full")
-                self._send_soon(HistoryMiss(start.turn_id, start.attempt, start.step))
-                return None
-            items = found
+        full = self.histories.whole(start)
+        if full is None:
+            log(f"turn {start.turn_id} step {start.step}: the history prefix of {start.history_from} items "
+                "is not the one held here; asking for it in full")
+            self._send_soon(HistoryMiss(start.turn_id, start.attempt, start.step))
+        elif start.history_from:
             log(f"turn {start.turn_id} step {start.step}: {len(start.input)} new history items sent, "
                 f"{start.history_from} from the cache")
-        return dataclasses.replace(start, input=items, history_from=0, history_hash="")
+        return full
 
     def _send_soon(self, frame: Frame) -> None:
         """Queue a frame that ends nothing (owed by no step)."""

@@ -366,16 +366,11 @@ class FakeRunnerProcess:
         if self.history is None:
             assert not start.history_from, "an incremental history for a runner that never asked for one"
             return start
-        if not start.history_from:
-            items = self.history.remember(start.session_id, start.generation, start.input)
-        else:
-            found = self.history.extend(start.session_id, start.generation, start.history_from,
-                                        start.history_hash, start.input)
-            if found is None:
-                self._send(p.HistoryMiss(start.turn_id, start.attempt, start.step))
-                return None
-            items = found
-        return dataclasses.replace(start, input=list(items), history_from=0, history_hash="")
+        full = self.history.whole(start)
+        if full is None:
+            self._send(p.HistoryMiss(start.turn_id, start.attempt, start.step))
+            return None
+        return dataclasses.replace(full, input=list(full.input))
 
     async def _turn(self, start: p.TurnStart, script: TurnScript) -> None:
         self.turns_received.append((trio.current_time(), start))
