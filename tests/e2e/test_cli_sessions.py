@@ -176,7 +176,10 @@ def served(env) -> Iterator[str]:
     assert tagged_alive(env["OMNIGENT_TEST_TAG"]) == []
 
 
-async def test_rm_through_a_server_cancels_the_running_turn(env, served, tmp_path, mock_llm_server_url):
+@pytest.mark.parametrize("via", ["server", "local"])
+async def test_rm_cancels_the_running_turn(via, env, served, tmp_path, mock_llm_server_url):
+    """Through --server the server cancels it; on the local store the rm asks through the store and
+    the server cancels at its next claim renewal. Either way: no answer, gone, the runner free."""
     import trio
 
     from omnigent.agents import bundle_bytes
@@ -184,13 +187,14 @@ async def test_rm_through_a_server_cancels_the_running_turn(env, served, tmp_pat
 
     model = f"sessions-{uuid.uuid4().hex[:8]}"
     configure_mock_llm(mock_llm_server_url, [{"block": True}, {"text": "still serving"}], key=model)
-    env = {**env, "OMNIGENT_REMOTE_AUTH_TOKEN": "s3cret"}
+    url = served
+    remote = ("--server", url) if via == "server" else ()
+    env = {**env, "OMNIGENT_REMOTE_AUTH_TOKEN": "s3cret"} if via == "server" else env
 
     async def cli(*args: object, environ: dict[str, str] = env) -> subprocess.CompletedProcess:
         return await trio.run_process([sys.executable, "-m", "omnigent", "sessions", *map(str, args)], env=environ,
                                       capture_stdout=True, capture_stderr=True, check=False)
 
-    url = served
     try:
         async with OmnigentClient(url, token="s3cret") as client:
             session = await client.create_session(bundle_bytes(_agent(tmp_path, model)), title="doomed")
@@ -201,58 +205,27 @@ async def test_rm_through_a_server_cancels_the_running_turn(env, served, tmp_pat
                     await stream.__anext__()  # subscribed before the message goes
                     await client.post_message(session["id"], "take your time")
                     await trio.to_thread.run_sync(wait_for_gate, mock_llm_server_url, model)
-                    listed = await cli("list", "--json", "--server", url)
+                    listed = await cli("list", "--json", *remote)
                     assert [r["title"] for r in json.loads(listed.stdout)] == ["doomed"]
-                    removed = await cli("rm", session["id"], "--yes", "--server", url)
-                    assert (removed.returncode, removed.stdout) == (0, f"Deleted {session['id']}\n".encode())
-                    async for event in stream:  # a watcher's stream ends, the turn unanswered
+                    removed = await cli("rm", session["id"], "--yes", *remote)
+                    assert (removed.returncode, removed.stdout) == (0, f"Deleted {session['id']}\n".encode()), \
+                        removed.stderr
+                    async for event in stream:  # through the server the stream ends; locally it goes on
                         seen.append(event.type)
+                        if event.type == "response.cancelled" and via == "local":
+                            break
                 assert "response.created" in seen and "response.completed" not in seen, seen
+                if via == "local":  # the live server cancelled the turn itself, before the rows went
+                    assert "response.cancelled" in seen, seen
                 assert await client.list_sessions() == []
                 # the runner was told and is free: a new session's turn is answered
                 other = await client.create_session(bundle_bytes(_agent(tmp_path, model)))
                 assert (await client.run_turn(other["id"], "still there?")).text == "still serving"
-        shown = await cli("show", session["id"], "--server", url)
+        shown = await cli("show", session["id"], *remote)
         assert shown.returncode == 1 and b"omnigent sessions list" in shown.stderr
-        no_token = {k: v for k, v in env.items() if k != "OMNIGENT_REMOTE_AUTH_TOKEN"}
-        denied = await cli("list", "--server", url, environ=no_token)
-        assert denied.returncode == 1 and len(denied.stderr.splitlines()) == 1
-    finally:
-        release_gates(mock_llm_server_url)
-
-
-async def test_rm_on_the_local_store_cancels_the_turn_a_live_server_runs(env, served, tmp_path, mock_llm_server_url):
-    """No --server: the rm asks through the store, the server cancels at its next claim renewal."""
-    import trio
-
-    from omnigent.agents import bundle_bytes
-    from omnigent.client import OmnigentClient
-
-    model = f"sessions-{uuid.uuid4().hex[:8]}"
-    configure_mock_llm(mock_llm_server_url, [{"block": True}, {"text": "still serving"}], key=model)
-    local_env = {k: v for k, v in env.items() if k != "OMNIGENT_REMOTE_AUTH_TOKEN"}
-    try:
-        async with OmnigentClient(served, token="s3cret") as client:
-            session = await client.create_session(bundle_bytes(_agent(tmp_path, model)), title="doomed")
-            stream = client.sessions.stream(session["id"], heartbeats=True, reconnect=False)
-            seen = []
-            with trio.fail_after(TIMEOUT):
-                async with stream:
-                    await stream.__anext__()
-                    await client.post_message(session["id"], "take your time")
-                    await trio.to_thread.run_sync(wait_for_gate, mock_llm_server_url, model)
-                    removed = await trio.run_process(
-                        [sys.executable, "-m", "omnigent", "sessions", "rm", session["id"], "--yes"],
-                        env=local_env, capture_stdout=True, capture_stderr=True, check=False)
-                    assert (removed.returncode, removed.stdout) == (0, f"Deleted {session['id']}\n".encode()), \
-                        removed.stderr
-                    async for event in stream:  # the server cancelled it before the rows went
-                        seen.append(event.type)
-                        if event.type == "response.cancelled":
-                            break
-                assert "response.completed" not in seen, seen
-                assert await client.list_sessions() == []
-                other = await client.create_session(bundle_bytes(_agent(tmp_path, model)))
-                assert (await client.run_turn(other["id"], "still there?")).text == "still serving"
+        if via == "server":
+            no_token = {k: v for k, v in env.items() if k != "OMNIGENT_REMOTE_AUTH_TOKEN"}
+            denied = await cli("list", "--server", url, environ=no_token)
+            assert denied.returncode == 1 and len(denied.stderr.splitlines()) == 1
     finally:
         release_gates(mock_llm_server_url)
