@@ -26,7 +26,10 @@ Figures (each phase after a warm-up):
 Prints figures; asserts nothing.
 
 Usage: python scripts/bench_sessions.py [--delay-ms 50] [--lone 100] [--sessions 100]
-       [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4]
+       [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4] [--profile DIR]
+
+`--profile DIR` samples the server and runners with py-spy over the lone and closed-loop phases
+(it costs CPU: the figures of a profiled run are not the figures to report).
 """
 
 from __future__ import annotations
@@ -96,6 +99,43 @@ def tree_cpu(root: int) -> dict[int, float]:
             found[pid] = stats[pid][1]
             frontier.extend(p for p, (ppid, _) in stats.items() if ppid == pid)
     return found
+
+
+class Profiler:
+    """`--profile DIR`: py-spy samples of the server and each runner over one phase.
+
+    Writes DIR/PHASE-server.txt and DIR/PHASE-runner-PID.txt (py-spy's raw, collapsed stacks:
+    feed them to flamegraph.pl or read the heaviest lines). py-spy is not a dependency: it is
+    found on PATH or next to this Python, and the option is refused without it.
+    """
+
+    def __init__(self, out: str | None, server_pid: int) -> None:
+        self.out, self.server_pid, self.procs = out, server_pid, []
+        self.exe = None
+        if out:
+            import shutil
+
+            self.exe = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+            if self.exe is None:
+                raise SystemExit("--profile needs py-spy (pip install py-spy)")
+            Path(out).mkdir(parents=True, exist_ok=True)
+
+    def start(self, phase: str) -> None:
+        if not self.exe:
+            return
+        for pid in tree_cpu(self.server_pid):
+            name = "server" if pid == self.server_pid else f"runner-{pid}"
+            self.procs.append(subprocess.Popen(
+                [self.exe, "record", "-p", str(pid), "-r", "500", "--format", "raw",
+                 "-o", str(Path(self.out) / f"{phase}-{name}.txt")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        for proc in self.procs:
+            proc.wait()
+        self.procs.clear()
 
 
 def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
@@ -226,12 +266,14 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
     import trio
 
     results: dict = {}
+    profiler = Profiler(args.profile, server_pid)
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     async with httpx.AsyncClient(timeout=60, limits=limits) as http, trio.open_nursery() as nursery:
         # Short conversations: this measures the cost of a turn, not of a long history (issue 10's
         # flat-in-length figures are scripts/bench_history.py's). The lone session is a series of
         # sessions of at most MAX_TURNS turns each; each phase of many sessions has its own.
-        lone_sessions = await open_sessions(url, -(-(args.lone + 10) // MAX_TURNS), nursery, http)
+        # (each also takes one warm-up turn below)
+        lone_sessions = await open_sessions(url, -(-(args.lone + 10) // (MAX_TURNS - 1)), nursery, http)
         sessions = await open_sessions(url, args.sessions, nursery, http)
         closed_sessions = await open_sessions(url, args.sessions, nursery, http)
         # warm every session (its first turn binds it to a runner)
@@ -247,8 +289,10 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
 
         for _ in range(10):
             await turn(http, url, lone_session())
+        profiler.start("lone")
         cpu0, t0 = tree_cpu(server_pid), time.perf_counter()
         results["lone"] = [await turn(http, url, lone_session()) for _ in range(args.lone)]
+        profiler.stop()
         results["lone_cpu"] = cpu_delta(cpu0, tree_cpu(server_pid)) / args.lone
         results["lone_wall"] = time.perf_counter() - t0
 
@@ -275,6 +319,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         closed: list[float] = []
         sessions = closed_sessions
         stop_at = trio.current_time() + args.closed_s
+        profiler.start("closed")
         cpu0 = tree_cpu(server_pid)
         mock0 = tree_cpu(mock_pid)
         me0 = self_cpu()
@@ -289,6 +334,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
                 looping.start_soon(loop, s)
         wall = time.perf_counter() - t0
         cpu1 = tree_cpu(server_pid)
+        profiler.stop()
         results["closed"] = closed
         results["closed_wall"] = wall
         results["closed_cpu"] = cpu_delta(cpu0, cpu1)
@@ -330,6 +376,7 @@ def main() -> None:
     parser.add_argument("--closed-s", type=float, default=10)
     parser.add_argument("--runners", type=int, default=4)
     parser.add_argument("--floor-calls", type=int, default=100)
+    parser.add_argument("--profile", metavar="DIR", help="py-spy samples of the server and runners per phase")
     args = parser.parse_args()
     import trio
 
