@@ -293,7 +293,9 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         cpu0, t0 = tree_cpu(server_pid), time.perf_counter()
         results["lone"] = [await turn(http, url, lone_session()) for _ in range(args.lone)]
         profiler.stop()
-        results["lone_cpu"] = cpu_delta(cpu0, tree_cpu(server_pid)) / args.lone
+        cpu1 = tree_cpu(server_pid)
+        results["lone_cpu"] = cpu_delta(cpu0, cpu1) / args.lone
+        results["lone_server_cpu"] = (cpu1[server_pid] - cpu0[server_pid]) / args.lone
         results["lone_wall"] = time.perf_counter() - t0
 
         # paced: `rate` turns/s in all, each to a session with no turn in flight
@@ -338,6 +340,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         results["closed"] = closed
         results["closed_wall"] = wall
         results["closed_cpu"] = cpu_delta(cpu0, cpu1)
+        results["closed_server_cpu"] = cpu1[server_pid] - cpu0[server_pid]
         results["shares"] = {pid: (cpu1[pid] - cpu0.get(pid, 0.0)) / wall for pid in cpu1}
         results["mock_share"] = cpu_delta(mock0, tree_cpu(mock_pid)) / wall
         results["loadgen_share"] = (self_cpu() - me0) / wall
@@ -426,11 +429,15 @@ def main() -> None:
     print()
     print("| what | ratio / added | absolute |")
     print("| --- | --- | --- |")
+    lone_server = results["lone_server_cpu"]
     print(f"| CPU per turn, server + runners, lone session ({len(lone)} turns) | {results['lone_cpu'] / floor_cpu:.2f}× "
-          f"the floor's | {results['lone_cpu'] * 1000:.1f} ms |")
+          f"the floor's | {results['lone_cpu'] * 1000:.1f} ms (server {lone_server * 1000:.1f}, "
+          f"runners {(results['lone_cpu'] - lone_server) * 1000:.1f}) |")
     closed_cpu = results["closed_cpu"] / max(1, len(closed))
+    closed_server = results["closed_server_cpu"] / max(1, len(closed))
     print(f"| CPU per turn, server + runners, {args.sessions} busy sessions (closed loop) | "
-          f"{closed_cpu / floor_cpu:.2f}× | {closed_cpu * 1000:.1f} ms |")
+          f"{closed_cpu / floor_cpu:.2f}× | {closed_cpu * 1000:.1f} ms (server {closed_server * 1000:.1f}, "
+          f"runners {(closed_cpu - closed_server) * 1000:.1f}) |")
     print(f"| lone session: added latency p50 / p99 | +{(pct(lone, .5) - floor_lat) * 1000:.1f} / "
           f"+{(pct(lone, .99) - floor_lat) * 1000:.1f} ms | {pct(lone, .5) * 1000:.1f} / {pct(lone, .99) * 1000:.1f} ms |")
     print(f"| {args.sessions} sessions paced at {args.rate:.0f} turns/s ({len(paced)} turns): added p50 / p99 | "

@@ -38,7 +38,7 @@ from protocol import TurnCompleted, TurnEvent, TurnFailed, TurnStart
 from protocol import events as ev
 
 from ._log import one_line
-from .wire import chat_messages, chat_tools, create_response, instructions_for, normalize_input, responses_tools
+from .wire import chat_messages, chat_tools, create_chat, create_response, instructions_for, normalize_input, responses_tools
 
 Emit = Callable[[TurnEvent], Awaitable[None]]
 Terminal = TurnCompleted | TurnFailed
@@ -140,33 +140,40 @@ async def respond(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Te
     received = 0
     terminal: Terminal | None = None
     try:
-        async for event in stream:
-            kind = event.type
+        async for event in stream:  # plain dicts (wire.create_response)
+            kind = event.get("type")
             if terminal is not None:
                 # Read to the end (the terminal event is the last one anyway):
                 # leaving early hands openai's generators to the GC (G5).
                 continue
             if kind == ev.TEXT_DELTA:
-                received += len(event.delta)
-                answer.item_id = answer.item_id or getattr(event, "item_id", None)
-                await answer.delta(event.delta)
-            elif kind == "response.output_item.added" and getattr(event.item, "type", None) == "message":
-                answer.item_id = getattr(event.item, "id", None)
-            elif kind == ev.ITEM_DONE:
-                await answer.item_done(_dump(event.item))
+                delta = event.get("delta")
+                if not isinstance(delta, str):
+                    continue
+                received += len(delta)
+                answer.item_id = answer.item_id or _str(event.get("item_id"))
+                await answer.delta(delta)
+            elif kind == "response.output_item.added" and _field(event.get("item"), "type") == "message":
+                answer.item_id = _str(_field(event.get("item"), "id"))
+            elif kind == ev.ITEM_DONE and isinstance(event.get("item"), dict):
+                await answer.item_done(_without_nulls(event["item"]))
             elif kind in ("response.completed", "response.incomplete"):
                 # incomplete (token limit, filter) still answered: keep what came
-                response = event.response
-                output = [_dump(i) for i in response.output or []] or answer.done
-                usage = _dump(response.usage) if response.usage is not None else None
-                terminal = TurnCompleted(turn.turn_id, response.id, output, usage)
+                response = event.get("response") if isinstance(event.get("response"), dict) else {}
+                output = [_without_nulls(i) for i in response.get("output") or [] if isinstance(i, dict)]
+                usage = response.get("usage")
+                terminal = TurnCompleted(turn.turn_id, _str(response.get("id")) or f"resp_{uuid.uuid4().hex}",
+                                         output or answer.done,
+                                         _without_nulls(usage) if isinstance(usage, dict) else None)
             elif kind == "response.failed":
-                error = event.response.error
-                message = f"{error.code}: {error.message}" if error is not None else "response failed"
+                error = _field(event.get("response"), "error")
+                message = (f"{_field(error, 'code')}: {_field(error, 'message')}" if isinstance(error, dict)
+                           else "response failed")
                 terminal = TurnFailed(turn.turn_id, "model_error", one_line(message))
             elif kind == "error":
-                message = f"{event.code}: {event.message}" if event.code else event.message
-                terminal = TurnFailed(turn.turn_id, "model_error", one_line(message or "stream error"))
+                code, text = event.get("code"), event.get("message")
+                message = f"{code}: {text}" if code else text
+                terminal = TurnFailed(turn.turn_id, "model_error", one_line(str(message or "stream error")))
     except _BROKEN:
         if terminal is not None:
             return terminal
@@ -198,7 +205,7 @@ async def chat(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Termi
     tools = offered_tools(turn)
     if tools:
         kwargs["tools"] = chat_tools(tools)
-    stream = await client.chat.completions.create(**kwargs)
+    stream = await create_chat(client, kwargs)  # wire.py: chunks as plain dicts
     answer = _Answer(turn, emit)
     calls = _ToolCalls()
     received = 0
@@ -206,21 +213,24 @@ async def chat(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Termi
     finished = False
     try:
         async for chunk in stream:
-            if chunk.usage is not None:
+            counts = chunk.get("usage")
+            if isinstance(counts, dict):
                 usage = {
-                    "input_tokens": chunk.usage.prompt_tokens,
-                    "output_tokens": chunk.usage.completion_tokens,
-                    "total_tokens": chunk.usage.total_tokens,
+                    "input_tokens": counts.get("prompt_tokens"),
+                    "output_tokens": counts.get("completion_tokens"),
+                    "total_tokens": counts.get("total_tokens"),
                 }
-            for choice in chunk.choices or []:
-                delta = choice.delta.content if choice.delta is not None else None
-                if delta:
-                    received += len(delta)
-                    await answer.delta(delta)
-                if choice.delta is not None and choice.delta.tool_calls:
+            for choice in chunk.get("choices") or []:
+                delta = _field(choice, "delta")
+                text = _field(delta, "content")
+                if isinstance(text, str) and text:
+                    received += len(text)
+                    await answer.delta(text)
+                tool_calls = _field(delta, "tool_calls")
+                if isinstance(tool_calls, list) and tool_calls:
                     answer.started = True
-                    calls.add(choice.delta.tool_calls)
-                finished = finished or choice.finish_reason is not None
+                    calls.add(tool_calls)
+                finished = finished or _field(choice, "finish_reason") is not None
     except _BROKEN:
         if not answer.started:
             raise
@@ -260,18 +270,20 @@ class _ToolCalls:
     def __init__(self) -> None:
         self._calls: dict[int, dict[str, Any]] = {}
 
-    def add(self, deltas: Any) -> None:
+    def add(self, deltas: list[Any]) -> None:
         for position, delta in enumerate(deltas):
-            index = delta.index if isinstance(getattr(delta, "index", None), int) else position
+            if not isinstance(delta, dict):
+                continue
+            index = delta["index"] if isinstance(delta.get("index"), int) else position
             call = self._calls.setdefault(index, {"id": None, "name": "", "arguments": []})
-            if delta.id and not call["id"]:
-                call["id"] = delta.id
-            function = delta.function
-            if function is not None:
-                if function.name and not call["name"]:
-                    call["name"] = function.name
-                if function.arguments:
-                    call["arguments"].append(function.arguments)
+            if delta.get("id") and not call["id"]:
+                call["id"] = delta["id"]
+            function = delta.get("function")
+            if isinstance(function, dict):
+                if function.get("name") and not call["name"]:
+                    call["name"] = function["name"]
+                if function.get("arguments"):
+                    call["arguments"].append(function["arguments"])
 
     def items(self) -> list[dict[str, Any]]:
         out = []
@@ -291,8 +303,22 @@ def _event(turn: TurnStart, type_: str, **fields: Any) -> TurnEvent:
     return TurnEvent(turn.turn_id, ev.make_event(type_, turn_id=turn.turn_id, **fields))
 
 
-def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(mode="json", exclude_none=True)
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _without_nulls(value: Any) -> Any:
+    """An endpoint's JSON without its null fields, as the SDK's `model_dump(exclude_none=True)`
+    gave it: items are stored, and sent back, without them."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 async def _close(stream: Any) -> None:

@@ -394,3 +394,35 @@ async def test_prewarm_builds_the_environment_client_only_with_credentials():
     assert made == []
     harness.prewarm(pool, ENV)
     assert made == [("env-key", "http://env/v1")]
+
+
+async def test_both_requests_are_the_bytes_and_headers_the_sdk_sends():
+    """wire.create_response / create_chat post through the client themselves (to get the
+    events as dicts): the endpoint must see exactly what `responses.create` /
+    `chat.completions.create` would have sent it: the same JSON (the SDK's own key order
+    is not kept for these; the byte-exact Responses body of a turn is test_history_cache's)
+    and the same headers."""
+    from omnigent.runner.wire import create_chat, create_response
+
+    seen: list[tuple[str, bytes, dict]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        headers = {k: v for k, v in request.headers.items() if k != "x-stainless-retry-count"}
+        seen.append((str(request.url), json.loads(request.content), headers))
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=b"data: [DONE]\n\n")
+
+    client = openai.AsyncOpenAI(api_key="x", base_url="http://mock/v1", max_retries=0,
+                                http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
+    tool = {"type": "function", "function": {"name": "shell", "description": "d",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+            "stream_options": {"include_usage": True}, "reasoning_effort": "low", "tools": [tool]}
+    responses = {"model": "m", "input": [USER], "stream": True, "instructions": "x", "temperature": 0.5}
+    for ours, sdks in ((create_chat(client, chat), client.chat.completions.create(**chat)),
+                       (create_response(client, responses), client.responses.create(**responses))):
+        for call in (ours, sdks):
+            async for _ in await call:
+                pass
+    await client.close()
+    assert seen[0] == seen[1] and seen[2] == seen[3]
+    assert seen[0][0].endswith("/chat/completions") and seen[2][0].endswith("/responses")
