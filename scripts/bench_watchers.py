@@ -14,13 +14,27 @@ in the same run: what the server pays whoever watches (numbering, the
 batched store writes), so the ratios isolate what watching adds, and
 machine noise (2 shared cores) hits floor and figures alike. Server and
 watchers share one process, so the figures are total CPU per delivery.
-Asserts nothing. Usage: python scripts/bench_watchers.py [--events 2000] [--watchers 1,10,50,200]
+Two more figures, for `--delay-watchers` (100) clients:
+  - delay from publish to delivery: deltas published at a steady `--rate` (500 events/s: a
+    fast model's text), each watcher notes when each arrives (by the SSE `id:` line); p50 /
+    p99 / max over every (watcher, event). It includes the hub's delta batching (at most
+    20 ms: deltas are stored, then sent, in one transaction per 20 ms) and, since watchers
+    share the process, their own reading;
+  - memory per watcher: a real `omnigent server --runners 0` process, its PSS
+    (/proc/PID/smaps_rollup) before and after W idle watchers are greeted, over W; SSE and
+    websocket watchers each on a server of their own (a freed arena would hide the second).
+
+Asserts nothing. Usage: python scripts/bench_watchers.py [--events 2000] [--watchers 1,10,50,100,200]
+       [--delay-watchers 100] [--rate 500] [--delay-s 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +69,123 @@ async def _watch(http: httpx.AsyncClient, sid: str, greeted: trio.Semaphore, don
                 return
 
 
+async def _watch_timed(http: httpx.AsyncClient, sid: str, greeted: trio.Semaphore,
+                       arrivals: list[tuple[int, float]]) -> None:
+    """Note (sequence number, arrival) of each logged event until the closing `session.status`."""
+    async with http.stream("GET", f"/v1/sessions/{sid}/stream") as resp:
+        greeting = True
+        seq = None
+        async for line in resp.aiter_lines():
+            if line.startswith("id: "):
+                seq = int(line[4:])
+            elif line.startswith("data: {"):
+                if greeting:
+                    greeting = False
+                    greeted.release()
+                elif '"session.status"' in line:
+                    return
+                elif seq is not None:
+                    arrivals.append((seq, time.perf_counter()))
+                seq = None
+
+
+async def _delays(server, store: Store, watchers: int, rate: float, seconds: float) -> list[float]:
+    """Publish deltas at `rate` per second; the delay of each (watcher, event), in seconds."""
+    sid = store.create_conversation(agent_id=None)["id"]
+    limits = httpx.Limits(max_connections=watchers + 4, max_keepalive_connections=watchers + 4)
+    published: list[tuple[dict, float]] = []
+    arrivals: list[list[tuple[int, float]]] = [[] for _ in range(watchers)]
+    async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=120) as http:
+        greeted = trio.Semaphore(0, max_value=max(1, watchers))
+        async with trio.open_nursery() as nursery:
+            for i in range(watchers):
+                nursery.start_soon(_watch_timed, http, sid, greeted, arrivals[i])
+            for _ in range(watchers):
+                await greeted.acquire()
+            hub = server.state.hub
+            next_at = trio.current_time()
+            for i in range(int(rate * seconds)):
+                await trio.sleep_until(next_at)
+                next_at += 1 / rate
+                published.append((hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_bench", delta=f"{i:08d}"),
+                                  time.perf_counter()))
+            hub.publish(sid, ev.SESSION_STATUS, status="idle")
+    at = {event["sequence_number"]: when for event, when in published}  # numbered once stored
+    return [arrived - at[seq] for mine in arrivals for seq, arrived in mine if seq in at]
+
+
+def _pss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    raise RuntimeError("no Pss line")
+
+
+async def _memory_per_watcher(kind: str, watchers: int) -> float:
+    """KiB of the server's PSS per idle watcher of one session (`kind`: sse or ws)."""
+    from trio_websocket import open_websocket_url
+
+    from omnigent.agents import bundle_bytes
+
+    with tempfile.TemporaryDirectory(prefix="bench-watchers-") as tmp:
+        env = {**os.environ, "HOME": tmp, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "unused"}
+        proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "0", "--port", "0",
+                                 "--data-dir", str(Path(tmp) / "data")], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+        try:
+            line = proc.stdout.readline()
+            if "listening on " not in line:
+                raise SystemExit(f"server did not start: {line!r}")
+            url = line.split("listening on ")[1].split()[0]
+            limits = httpx.Limits(max_connections=watchers + 4, max_keepalive_connections=watchers + 4)
+            async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
+                bundle = bundle_bytes(REPO / "examples" / "hello.yaml")
+                r = await http.post("/v1/sessions", data={"metadata": "{}"},
+                                    files={"bundle": ("agent.tar.gz", bundle, "application/gzip")})
+                r.raise_for_status()
+                sid = r.json()["session_id"]
+                greeted = trio.Semaphore(0, max_value=max(1, watchers))
+
+                async def sse() -> None:
+                    async with http.stream("GET", f"/v1/sessions/{sid}/stream") as resp:
+                        async for line in resp.aiter_lines():
+                            if line.startswith("data: {"):
+                                greeted.release()
+                                await trio.sleep_forever()
+
+                async def ws() -> None:
+                    async with open_websocket_url(f"ws{url[4:]}/v1/sessions/{sid}/ws",
+                                                  extra_headers=[("Origin", "omnigent://internal")]) as conn:
+                        await conn.get_message()
+                        greeted.release()
+                        await trio.sleep_forever()
+
+                for _ in range(2):  # warm the routes: first-use imports are not per watcher
+                    async with trio.open_nursery() as warm:
+                        warm.start_soon(sse if kind == "sse" else ws)
+                        await greeted.acquire()
+                        warm.cancel_scope.cancel()
+                await trio.sleep(0.5)
+                before = _pss_kib(proc.pid)
+                async with trio.open_nursery() as nursery:
+                    for _ in range(watchers):
+                        nursery.start_soon(sse if kind == "sse" else ws)
+                    for _ in range(watchers):
+                        await greeted.acquire()
+                    await trio.sleep(0.5)  # let the server settle after the last greeting
+                    after = _pss_kib(proc.pid)
+                    nursery.cancel_scope.cancel()
+            return (after - before) / watchers
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 async def _publish(hub, sid: str, n: int) -> None:
     for i in range(n):
         hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_bench", delta="x" * 8)
@@ -83,7 +214,12 @@ async def _round(server, store: Store, n: int, watchers: int) -> float:
         return max(done) - start
 
 
-async def main(n: int, counts: list[int], repeats: int) -> None:
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def main(n: int, counts: list[int], repeats: int, delay_watchers: int, pace: float, delay_s: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "chat.db")
         async with trio.open_nursery() as nursery:
@@ -101,15 +237,29 @@ async def main(n: int, counts: list[int], repeats: int) -> None:
                 per = (took - floor) / w
                 print(f"{w:>8}  {took * 1000:>9.1f}  {rate:>14,.0f}  {rate / (n / floor):>12.2f}  "
                       f"{per * 1000:>14.2f}  {per / floor:>8.3f}")
+            delays = await _delays(server, store, delay_watchers, pace, delay_s)
+            expected = delay_watchers * int(pace * delay_s)
+            print(f"\n{delay_watchers} watchers, deltas published at {pace:.0f}/s for {delay_s:.0f} s: "
+                  f"{len(delays):,} of {expected:,} deliveries; publish -> delivery p50 "
+                  f"{_pct(delays, .5) * 1000:.1f} ms, p99 {_pct(delays, .99) * 1000:.1f} ms, "
+                  f"max {max(delays) * 1000:.1f} ms (the hub batches deltas for up to 20 ms)")
             await server.aclose()
             nursery.cancel_scope.cancel()
         store.close()
+    for kind in ("sse", "ws"):
+        kib = await _memory_per_watcher(kind, delay_watchers)
+        print(f"memory per idle watcher ({kind}, {delay_watchers} on a real `omnigent server`): "
+              f"{kib:.0f} KiB of the server's PSS")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2000)
-    parser.add_argument("--watchers", default="1,10,50,200")
+    parser.add_argument("--watchers", default="1,10,50,100,200")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--delay-watchers", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=500)
+    parser.add_argument("--delay-s", type=float, default=3)
     args = parser.parse_args()
-    trio.run(main, args.events, [int(w) for w in args.watchers.split(",")], args.repeats)
+    trio.run(main, args.events, [int(w) for w in args.watchers.split(",")], args.repeats,
+             args.delay_watchers, args.rate, args.delay_s)
