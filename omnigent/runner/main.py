@@ -284,10 +284,8 @@ class Runner:
     def _import_harness(self) -> None:
         # In a worker thread: the loop keeps watching stdin and signals meanwhile.
         self._import_tools()
-        from omnigent.runner import harness, offload
+        from omnigent.runner import harness
 
-        if len(offload.install()) < 2:
-            log("could not move the openai SDK's request building off the loop; long histories may delay pongs")
         pool = harness.ClientPool()
         try:
             harness.prewarm(pool, self.environ)
