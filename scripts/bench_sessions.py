@@ -35,6 +35,7 @@ Usage: python scripts/bench_sessions.py [--delay-ms 50] [--lone 100] [--sessions
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -188,14 +189,22 @@ def floor(url: str, n: int) -> dict:
 
 
 class Session:
-    def __init__(self, session_id: str, ws) -> None:
-        self.id, self.ws = session_id, ws
+    def __init__(self, session_id: str, ws, http) -> None:
+        self.id, self.ws, self.http = session_id, ws, http
         self.done = None  # a trio.Event while a turn is in flight
         self.posted = 0.0
         self.turns = 0
 
 
-async def open_sessions(url: str, n: int, nursery, http) -> list[Session]:
+async def open_sessions(url: str, n: int, nursery, http, clients) -> list[Session]:
+    """`n` sessions, each followed on its websocket and posted to through a client of its own.
+
+    One client per session: httpcore's pool looks at every connection it holds for each
+    request (`is_idle`, `has_expired`, a readability poll each), so one shared pool of 100
+    connections made the load generator spend ~70 % of its CPU there, and the closed loop
+    measured the load generator more than the server.
+    """
+    import httpx
     import trio
 
     sys.path.insert(0, str(REPO))
@@ -211,7 +220,9 @@ async def open_sessions(url: str, n: int, nursery, http) -> list[Session]:
         r.raise_for_status()
         sid = r.json()["session_id"]
         ready = trio.Event()
-        nursery.start_soon(follow, ws_base, sid, sessions, ready)
+        own = await clients.enter_async_context(httpx.AsyncClient(
+            base_url=url, timeout=60, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)))
+        nursery.start_soon(follow, ws_base, sid, own, sessions, ready)
         await ready.wait()
 
     async with trio.open_nursery() as opening:
@@ -220,13 +231,13 @@ async def open_sessions(url: str, n: int, nursery, http) -> list[Session]:
     return sessions
 
 
-async def follow(ws_base: str, sid: str, sessions: list[Session], ready) -> None:
+async def follow(ws_base: str, sid: str, http, sessions: list[Session], ready) -> None:
     import trio
     from trio_websocket import ConnectionClosed, open_websocket_url
 
     async with open_websocket_url(f"{ws_base}/v1/sessions/{sid}/ws",
                                   extra_headers=[("Origin", "omnigent://internal")]) as ws:
-        session = Session(sid, ws)
+        session = Session(sid, ws, http)
         sessions.append(session)
         ready.set()
         while True:
@@ -244,13 +255,13 @@ async def follow(ws_base: str, sid: str, sessions: list[Session], ready) -> None
                     done.set()
 
 
-async def turn(http, url: str, session: Session) -> float:
+async def turn(session: Session) -> float:
     import trio
 
     done = session.done = trio.Event()  # follow() clears session.done when it sets it
     session.turns += 1
     session.posted = trio.current_time()
-    r = await http.post(f"{url}/v1/sessions/{session.id}/events",
+    r = await session.http.post(f"/v1/sessions/{session.id}/events",
                         json={"type": "message", "data": {"role": "user",
                                                           "content": [{"type": "input_text", "text": "Say hi"}]}})
     if r.status_code >= 400:
@@ -268,18 +279,19 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
     results: dict = {}
     profiler = Profiler(args.profile, server_pid)
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as http, trio.open_nursery() as nursery:
+    async with contextlib.AsyncExitStack() as clients, \
+            httpx.AsyncClient(timeout=60, limits=limits) as http, trio.open_nursery() as nursery:
         # Short conversations: this measures the cost of a turn, not of a long history (issue 10's
         # flat-in-length figures are scripts/bench_history.py's). The lone session is a series of
         # sessions of at most MAX_TURNS turns each; each phase of many sessions has its own.
         # (each also takes one warm-up turn below)
-        lone_sessions = await open_sessions(url, -(-(args.lone + 10) // (MAX_TURNS - 1)), nursery, http)
-        sessions = await open_sessions(url, args.sessions, nursery, http)
-        closed_sessions = await open_sessions(url, args.sessions, nursery, http)
+        lone_sessions = await open_sessions(url, -(-(args.lone + 10) // (MAX_TURNS - 1)), nursery, http, clients)
+        sessions = await open_sessions(url, args.sessions, nursery, http, clients)
+        closed_sessions = await open_sessions(url, args.sessions, nursery, http, clients)
         # warm every session (its first turn binds it to a runner)
         async with trio.open_nursery() as warm:
             for s in lone_sessions + sessions + closed_sessions:
-                warm.start_soon(turn, http, url, s)
+                warm.start_soon(turn, s)
 
         # lone: one session, one turn after the other
         def lone_session() -> Session:
@@ -288,10 +300,10 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
             return lone_sessions[0]
 
         for _ in range(10):
-            await turn(http, url, lone_session())
+            await turn(lone_session())
         profiler.start("lone")
         cpu0, t0 = tree_cpu(server_pid), time.perf_counter()
-        results["lone"] = [await turn(http, url, lone_session()) for _ in range(args.lone)]
+        results["lone"] = [await turn(lone_session()) for _ in range(args.lone)]
         profiler.stop()
         cpu1 = tree_cpu(server_pid)
         results["lone_cpu"] = cpu_delta(cpu0, cpu1) / args.lone
@@ -303,7 +315,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         idle = list(sessions)
 
         async def paced_turn(s: Session) -> None:
-            paced.append(await turn(http, url, s))
+            paced.append(await turn(s))
             idle.append(s)
 
         async with trio.open_nursery() as pacing:
@@ -329,7 +341,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
 
         async def loop(s: Session) -> None:
             while trio.current_time() < stop_at:
-                closed.append(await turn(http, url, s))
+                closed.append(await turn(s))
 
         async with trio.open_nursery() as looping:
             for s in sessions:
