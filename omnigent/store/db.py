@@ -2,7 +2,7 @@
 
 Several omnigent processes may share one file (a server, a second
 `omnigent run --continue`, a host daemon), so the connection rules live here in
-one place: WAL, `synchronous=NORMAL`, a 5 s busy timeout, foreign keys on,
+one place: WAL, `synchronous=NORMAL`, temporary files in memory, a 5 s busy timeout, foreign keys on,
 legacy transaction control (sqlite-utils 4 rejects `autocommit=` connections)
 and `BEGIN IMMEDIATE` for every read-then-write. A deferred read lock that is
 later upgraded fails with SQLITE_BUSY without waiting (stack-notes section 6).
@@ -496,6 +496,9 @@ def open_database(path: str | Path, *, clock: Callable[[], float] = time.time) -
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA synchronous = NORMAL")
+        # Statement journals (a write inside a savepoint, FTS triggers) in memory: on disk
+        # each one was a temporary file created, written and unlinked, about one per turn.
+        conn.execute("PRAGMA temp_store = MEMORY")
         db = sqlite_utils.Database(conn, execute_plugins=False)
         if target != MEMORY:
             _enable_wal(db)
