@@ -23,10 +23,18 @@ compiles omnigent's own modules again, which an installed package never does
 (pip compiles them; the floor's openai and trio are compiled too). `--compile`
 compiles the tree first, as an install would; the table says which was measured.
 
-  - with `--sessions`: the many-sessions figures (`bench_sessions.py`: one server, 4 runners, a
-    50 ms mock, 100 sessions), printed after the table (about 2 minutes more)
+The figures of issue 10 beyond start-up come from scripts of their own, which this one runs
+after its table when asked (each prints its own ratios to its own floor):
+  - `--sessions`: many sessions (`bench_sessions.py`: one server, 4 runners, a 50 ms mock,
+    100 sessions; about 1 minute);
+  - `--history`: flat in conversation length (`bench_history.py`: 10 / 1,000 / 10,000 items;
+    a few minutes);
+  - `--watchers`: many watchers of one session (`bench_watchers.py`: rates, publish-to-delivery
+    delay and memory per watcher at 100 watchers; about 1 minute);
+  - `--all`: the three.
 
-Usage: python scripts/bench.py [--runs 9] [--mem-runs 3] [--rounds 5] [--no-recovery] [--compile] [--sessions]
+Usage: python scripts/bench.py [--runs 9] [--mem-runs 3] [--rounds 5] [--no-recovery] [--compile]
+       [--sessions] [--history] [--watchers] [--all]
 """
 
 from __future__ import annotations
@@ -197,6 +205,10 @@ def segments(timelines: list[dict[str, float]]) -> list[tuple[str, float, float]
     return rows
 
 
+# the figures of other scripts, run after the table on request: (flag, script)
+_MORE = (("sessions", "bench_sessions.py"), ("history", "bench_history.py"), ("watchers", "bench_watchers.py"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=9)
@@ -204,7 +216,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="recovery rounds")
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--compile", action="store_true", help="compile omnigent's modules first, as pip does")
-    parser.add_argument("--sessions", action="store_true", help="also the many-sessions figures (bench_sessions.py)")
+    for name, script in _MORE:
+        parser.add_argument(f"--{name}", action="store_true", help=f"also the figures of {script}")
+    parser.add_argument("--all", action="store_true", help="also " + ", ".join(script for _, script in _MORE))
     args = parser.parse_args()
     if args.compile:
         import compileall
@@ -252,11 +266,11 @@ def main() -> None:
     print("| --- | --- | --- |")
     for name, duration, at in segments(f["timelines"]):
         print(f"| {name} | {duration * 1000:.0f} ms | {at * 1000:.0f} ms |")
-    if args.sessions:
-        print()
-        print("many sessions (bench_sessions.py):", flush=True)
-        subprocess.run([sys.executable, str(REPO / "scripts" / "bench_sessions.py")], check=False,
-                       stdin=subprocess.DEVNULL)
+    for name, script in _MORE:
+        if args.all or getattr(args, name):
+            print()
+            print(f"{script}:", flush=True)
+            subprocess.run([sys.executable, str(REPO / "scripts" / script)], check=False, stdin=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":
