@@ -207,7 +207,7 @@ def start(environ: Mapping[str, str] | None = None) -> EarlyRunner | None:
     if environ.get(SWITCH_VAR, "1") == "0":
         return None
     env = {k: v for k, v in environ.items() if k not in _CLIENT_TOKEN_VARS and k not in IDENTITY_VARS}
-    # host.pool.runner_argv, without importing the host (trio, protocol): adopt() compares with it
+    # host.launching.runner_argv, without importing the host (trio, protocol): adopt() compares with it
     argv = [env.get("OMNIGENT_RUNNER_PYTHON") or sys.executable, "-m", "omnigent.runner"]
     cwd = os.getcwd()
     identity_r, identity_w = os.pipe()
