@@ -46,7 +46,7 @@ from ..config.timeline import mark
 
 IDENTITY_FD_VAR = "OMNIGENT_RUNNER_IDENTITY_FD"
 SWITCH_VAR = "OMNIGENT_EARLY_RUNNER"
-# what the host adds to a runner's environment at launch (host/pool.py, host/env.py)
+# what the host adds to a runner's environment at launch (host/launching.py, host/env.py)
 IDENTITY_VARS = frozenset({"OMNIGENT_SERVER_URL", "OMNIGENT_RUNNER_ID", "OMNIGENT_RUNNER_TOKEN",
                            "OMNIGENT_TOOL_POLICY"})
 _CLIENT_TOKEN_VARS = ("OMNIGENT_SERVER_TOKEN",)  # link.runner_secrets.CLIENT_TOKEN_VARS, without its import
