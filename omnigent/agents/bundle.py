@@ -21,16 +21,9 @@ import zlib
 
 import yaml
 
-from .spec import (
-    _MAX_DEPTH,
-    MAX_BYTES,
-    AgentSpec,
-    SpecError,
-    build_spec,
-    dump_yaml,
-    read_capped,
-    select_document,
-)
+from .documents import MAX_BYTES, MAX_DEPTH, dump_yaml, read_capped, select_document
+from .errors import SpecError
+from .spec import AgentSpec, build_spec
 
 _MiB = MAX_BYTES // (1024 * 1024)
 MAX_MEMBERS = 1000        # files, dirs and links in one bundle (an agent dir has a handful)
@@ -110,7 +103,7 @@ def bundle_document(data: bytes, hint: str) -> tuple[object, str]:
 
 
 def _bounded_yaml(data: bytes, source: str) -> bytes:
-    """`data` unchanged if it parses in at most MAX_YAML_EVENTS events, nested at most _MAX_DEPTH.
+    """`data` unchanged if it parses in at most MAX_YAML_EVENTS events, nested at most MAX_DEPTH.
 
     Scanning events costs a fraction of composing the document and stops at
     the bound. Depth is bounded here too because libyaml rechecks every open
@@ -125,8 +118,8 @@ def _bounded_yaml(data: bytes, source: str) -> bytes:
                 raise SpecError(source, f"too complex (over {MAX_YAML_EVENTS} YAML events)")
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
-                if depth > _MAX_DEPTH:
-                    raise SpecError(source, f"nested deeper than {_MAX_DEPTH} levels")
+                if depth > MAX_DEPTH:
+                    raise SpecError(source, f"nested deeper than {MAX_DEPTH} levels")
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     except (yaml.YAMLError, RecursionError, UnicodeDecodeError, ValueError):

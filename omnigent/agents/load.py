@@ -20,7 +20,9 @@ from collections.abc import Mapping
 
 from ..config.file import ENV_OVERRIDES
 from .bundle import bundle_document
-from .spec import AgentSpec, SpecError, _harness, build_spec, parse_yaml, read_capped, select_document
+from .documents import parse_yaml, read_capped, select_document
+from .errors import SpecError
+from .spec import AgentSpec, _harness, build_spec
 
 ENV_VARS = ENV_OVERRIDES
 # Where a chosen value came from, as `pick` names it (and `omnigent config list` shows it).

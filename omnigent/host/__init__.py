@@ -1,5 +1,6 @@
 """The host: a supervised pool of runner processes for one server."""
 
-from .pool import Host, runner_argv
+from .launching import runner_argv
+from .pool import Host
 
 __all__ = ["Host", "runner_argv"]

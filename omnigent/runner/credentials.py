@@ -5,7 +5,7 @@ agent dict a turn carries names them as `${VAR}` references in `auth`, and
 they are expanded here, in the process that calls the model, from its own
 environment, with OPENAI_API_KEY / OPENAI_BASE_URL as the fallback.
 
-Private on purpose: `omnigent.agents.spec.resolve_auth` takes an `AgentSpec`
+Private on purpose: `omnigent.agents.auth.resolve_auth` takes an `AgentSpec`
 (and imports yaml), while a runner only holds the plain dict of a TurnStart.
 The rules are the same: a `${VAR}` that is not set is an error.
 """

@@ -33,7 +33,7 @@ from .wire import chat_messages, normalize_input
 
 from ..config.timeline import mark
 
-mark("runner.openai_imported")  # the runner/main.py point nearest the hello (not ours to edit)
+mark("runner.openai_imported")  # the runner/connection.py point nearest the hello (not ours to edit)
 
 Harness = Callable[[openai.AsyncOpenAI, TurnStart, Emit], Awaitable[Terminal]]
 

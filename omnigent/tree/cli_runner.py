@@ -86,7 +86,7 @@ def start(*, server_url: str, tunnel_token: str | None = None, runner_id: str | 
     """
     from ..config.dirs import DiskError, private_dir
     from ..config.logs import logs_dir
-    from ..host.pool import runner_argv
+    from ..host.launching import runner_argv
     from ..link.runner_secrets import CLIENT_TOKEN_VARS, ENV_VAR
 
     server_url = server_url.rstrip("/")

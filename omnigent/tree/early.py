@@ -46,7 +46,7 @@ from ..config.timeline import mark
 
 IDENTITY_FD_VAR = "OMNIGENT_RUNNER_IDENTITY_FD"
 SWITCH_VAR = "OMNIGENT_EARLY_RUNNER"
-# what the host adds to a runner's environment at launch (host/pool.py, host/env.py)
+# what the host adds to a runner's environment at launch (host/launching.py, host/env.py)
 IDENTITY_VARS = frozenset({"OMNIGENT_SERVER_URL", "OMNIGENT_RUNNER_ID", "OMNIGENT_RUNNER_TOKEN",
                            "OMNIGENT_TOOL_POLICY"})
 _CLIENT_TOKEN_VARS = ("OMNIGENT_SERVER_TOKEN",)  # link.runner_secrets.CLIENT_TOKEN_VARS, without its import
@@ -207,7 +207,7 @@ def start(environ: Mapping[str, str] | None = None) -> EarlyRunner | None:
     if environ.get(SWITCH_VAR, "1") == "0":
         return None
     env = {k: v for k, v in environ.items() if k not in _CLIENT_TOKEN_VARS and k not in IDENTITY_VARS}
-    # host.pool.runner_argv, without importing the host (trio, protocol): adopt() compares with it
+    # host.launching.runner_argv, without importing the host (trio, protocol): adopt() compares with it
     argv = [env.get("OMNIGENT_RUNNER_PYTHON") or sys.executable, "-m", "omnigent.runner"]
     cwd = os.getcwd()
     identity_r, identity_w = os.pipe()

@@ -19,7 +19,8 @@ import trio
 import protocol as p
 from omnigent.agents import bundle_bytes
 from omnigent.client import OmnigentClient, SessionsChat
-from omnigent.host.pool import Host, runner_argv
+from omnigent.host.launching import runner_argv
+from omnigent.host.pool import Host
 from omnigent.host.ws_link import run_host_link
 from omnigent.link.memory import memory_link
 from omnigent.link.runner_secrets import ENV_VAR, hash_secret, mint_runner_id, mint_secret

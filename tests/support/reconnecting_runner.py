@@ -1,4 +1,4 @@
-"""A fake runner that outlives its connection, as `omnigent/runner/main.py` does, for MockClock runs.
+"""A fake runner that outlives its connection, as `omnigent/runner/connection.py` does, for MockClock runs.
 
 It speaks the runner protocol over memory channels to the real
 `serve_runner` of whichever server incarnation is up (`Dialer`), and keeps

@@ -7,7 +7,7 @@
         wait to be killed). Prints "RUNNER <pid>", "READY", "SWEPT <pids>".
     python tool_owner.py host WORKSPACE MODE COMMAND
         a host: becomes a subreaper, starts the runner above, relays its
-        lines, and once it exited sweeps what it left (as host/pool.py does).
+        lines, and once it exited sweeps what it left (as host/launching.py does).
 
 Run by path (`python tests/support/tool_owner.py ...`), with the repo on sys.path.
 """
