@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from omnigent.tools.policy import TOOL_NAMES
+
+from .errors import kind_of
+
 PERMISSIONS = ("ask", "auto", "deny")
 DEFAULT_PERMISSIONS = "ask"
 DEFAULT_MAX_STEPS = 50
@@ -86,7 +89,7 @@ def _tools(doc: dict, executor: dict, source: str, strict: bool) -> tuple[str, .
     def check(value: object, where: str) -> tuple[str, ...]:
         if not isinstance(value, list):
             raise Bad(f"must be a list of tool names (known: {', '.join(TOOL_NAMES)}), "
-                                    f"got {_kind(value)}", where)
+                                    f"got {kind_of(value)}", where)
         names: list[str] = []
         for i, name in enumerate(value):
             if not isinstance(name, str) or name not in TOOL_NAMES:
@@ -94,7 +97,7 @@ def _tools(doc: dict, executor: dict, source: str, strict: bool) -> tuple[str, .
                     _log_dropped_tool(source, f"{where}[{i}]", name)
                     continue
                 if not isinstance(name, str):
-                    raise Bad(f"must be a tool name, got {_kind(name)}", f"{where}[{i}]")
+                    raise Bad(f"must be a tool name, got {kind_of(name)}", f"{where}[{i}]")
                 near = difflib.get_close_matches(name, TOOL_NAMES, n=1, cutoff=0.6)
                 hint = f"did you mean {near[0]!r}? " if near else ""
                 raise Bad(f"unknown tool {name!r} ({hint}known: {', '.join(TOOL_NAMES)})",
@@ -136,7 +139,7 @@ def _log_once(source: str, where: str, text: str) -> None:
 def _permissions(doc: dict, executor: dict) -> str:
     def check(value: object, where: str) -> str:
         if not isinstance(value, str):
-            raise Bad(f"must be one of {', '.join(PERMISSIONS)}, got {_kind(value)}", where)
+            raise Bad(f"must be one of {', '.join(PERMISSIONS)}, got {kind_of(value)}", where)
         mode = value.strip().lower()
         if mode not in PERMISSIONS:
             raise Bad(f"unknown permission mode {value!r} (known: {', '.join(PERMISSIONS)})", where)
@@ -149,7 +152,7 @@ def _permissions(doc: dict, executor: dict) -> str:
 def _max_steps(doc: dict, executor: dict) -> int:
     def check(value: object, where: str) -> int:
         if not isinstance(value, int) or isinstance(value, bool):
-            raise Bad(f"must be a whole number of model steps, got {_kind(value)}", where)
+            raise Bad(f"must be a whole number of model steps, got {kind_of(value)}", where)
         if not 1 <= value <= _MAX_STEPS_BOUND:
             raise Bad(f"must be between 1 and {_MAX_STEPS_BOUND} (got {value})", where)
         return value
@@ -163,7 +166,7 @@ def _tool_timeouts(doc: dict, executor: dict) -> dict:
 
     def seconds(value: object, where: str) -> int | float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise Bad(f"must be a number of seconds, got {_kind(value)}", where)
+            raise Bad(f"must be a number of seconds, got {kind_of(value)}", where)
         if not (math.isfinite(value) and 0 < value <= _MAX_TIMEOUT):
             raise Bad(f"must be more than 0 and at most {_MAX_TIMEOUT:.0f} seconds (got {value})",
                             where)
@@ -184,15 +187,3 @@ def _tool_timeouts(doc: dict, executor: dict) -> dict:
 
     value, _ = _either(doc, executor, "tool_timeout", check)
     return value or {"default": DEFAULT_TOOL_TIMEOUT}
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return "a boolean"
-    for types, text in ((dict, "a mapping"), (list, "a list"), (str, "a string"), (int, "an integer"),
-                        (float, "a number")):
-        if isinstance(value, types):
-            return text
-    return type(value).__name__
