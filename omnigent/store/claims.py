@@ -122,6 +122,11 @@ class ClaimsMixin(Tables):
         """Append a pending item at the conversation's end; None if it is not pending."""
         if item_id is None:
             return None
+        # A turn's pending item is stored with the turn (`queue_message`) and only ever leaves:
+        # absent now, it stays absent, so most turns (their message appended at once) write nothing.
+        if self._scalar("SELECT 1 FROM pending_items WHERE conversation_id = ? AND id = ?",
+                        [conv_id, item_id]) is None:
+            return None
         with self._write():
             row = self.conn.execute(
                 "SELECT data FROM pending_items WHERE conversation_id = ? AND id = ?", [conv_id, item_id]).fetchone()
