@@ -167,6 +167,11 @@ class StepsMixin(Tables):
                 "UPDATE turn_steps SET status = ? WHERE turn_id = ? AND step = ? AND status = ?",
                 [new, turn_id, step, old]).rowcount)
 
+    def turn_usage(self, turn_id: str) -> dict | None:
+        """The turn's usage summed over its steps so far (None: none reported)."""
+        raw = self._scalar("SELECT usage FROM turns WHERE id = ?", [turn_id])
+        return json.loads(raw) if raw else None
+
     def session_usage(self, conv_id: str) -> dict:
         """Usage summed over the session's turns: {input_tokens, output_tokens, total_tokens, turns}.
 
