@@ -110,13 +110,15 @@ class AgentLoop:
     """
 
     def __init__(self, store: Store, hub: EventHub, outcomes: Outcomes, gate: ToolGate,
-                 has_moved: Callable[[str, str, int], bool], moved_done: Callable[[str], None]) -> None:
+                 has_moved: Callable[[str, str, int], bool], moved_done: Callable[[str], None],
+                 release_claim: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.hub = hub
         self.outcomes = outcomes
         self.gate = gate
         self._has_moved = has_moved
         self._moved_done = moved_done
+        self._release_claim = release_claim  # inside a completed turn's last transaction (claims.py)
         self._captured: dict[tuple[str, str], list[str]] = {}  # (turn, call) -> output, this server's life
         self.histories = Histories()  # each session's history, built from what is new since its last step
 
@@ -317,6 +319,8 @@ class AgentLoop:
                 self._publish_usage(tx, t, n, frame.usage, summed=ended["usage"] if ended is not None else None)
             if ended is None:
                 return
+            if self._release_claim is not None:  # nothing of the turn is left to write
+                self._release_claim(t.session_id)
             response = {"id": frame.response_id if frame else None, "object": "response", "status": "completed",
                         "output": self.turn_items(t.session_id, t.turn_id),
                         "usage": ended.get("usage") or (frame.usage if frame else None)}
@@ -456,7 +460,10 @@ class AgentLoop:
                 event = frame.event
                 if event.get("type") == ev.TOOL_OUTPUT and isinstance(event.get("delta"), str):
                     self._captured.setdefault((t.turn_id, event.get("call_id") or ""), []).append(event["delta"])
-                self.outcomes.relay(t.session_id, t.turn_id, event)
+                # an item is done just before its step ends, or a frame waits behind it already:
+                # stored with what follows (within the hub's batch interval), not on its own
+                soon = event.get("type") == ev.ITEM_DONE or t.frames.statistics().current_buffer_used > 0
+                self.outcomes.relay(t.session_id, t.turn_id, event, soon=soon)
                 continue
             if not isinstance(frame, ends):
                 continue  # a late frame of an earlier step of this turn

@@ -107,7 +107,8 @@ class TurnService:
         self._workers: dict[str, tuple[trio.CancelScope, trio.Event]] = {}  # session -> its worker (scope, done)
         self.waits = ApprovalWaits()
         self.gate = ToolGate(store, hub, self.waits)
-        self.loop = AgentLoop(store, hub, self._outcomes, self.gate, self._has_moved, self._moved.discard)
+        self.loop = AgentLoop(store, hub, self._outcomes, self.gate, self._has_moved, self._moved.discard,
+                              self.claims.release_with_end)
 
     # --- entry points -------------------------------------------------------
 
