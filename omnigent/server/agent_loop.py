@@ -338,11 +338,11 @@ class AgentLoop:
 
     async def _tool_step(self, t: LoopTurn, n: int, call: dict[str, Any], later: list[dict[str, Any]]) -> str | None:
         call_id, name, arguments = call.get("call_id") or "", call.get("name") or "", call.get("arguments") or ""
-        self.store.begin_step(t.session_id, t.turn_id, n, "tool", call_id=call_id, tool=name,
-                              arguments=arguments, attempt=t.attempt)
         # "waiting" until it is dispatched: a crash before that (asking its approval, say) never
-        # reads as a side-effecting tool that may have run, so the restart asks again
-        self.store.set_step_waiting(t.turn_id, n, True)
+        # reads as a side-effecting tool that may have run, so the restart asks again (one
+        # transaction: begun and waiting)
+        self.store.begin_step(t.session_id, t.turn_id, n, "tool", call_id=call_id, tool=name,
+                              arguments=arguments, attempt=t.attempt, waiting=True)
         decision = await self.gate.decide(t, n, call, lambda: self._preview(t, n, call))
         if decision.outcome == "refused":
             self._store_tool(t, n, call, decision.message, "completed", shown="not_approved")
