@@ -267,20 +267,20 @@ class EventHub:
         _freeze_startup_objects()
         self._batching = True
         task_status.started()
+        checkpoint = _Checkpointer.start(self.store)
         try:
             async with trio.open_nursery() as nursery:
-                checkpoint = _Checkpointer.start(self.store)
                 if checkpoint is not None:
                     nursery.start_soon(checkpoint.run)
-                try:
-                    while True:
-                        await self._pending_wake.wait()
-                        await trio.sleep(self.batch_interval)
-                        self.flush()
-                finally:
-                    if checkpoint is not None:
-                        checkpoint.stop()
+                while True:
+                    await self._pending_wake.wait()
+                    await trio.sleep(self.batch_interval)
+                    self.flush()
         finally:
+            # only once the nursery is done: it waited for a checkpoint's thread still running
+            # (shielded), whose connection `stop` closes (closed under it: a segfault)
+            if checkpoint is not None:
+                checkpoint.stop()
             self._batching = False
             self.flush()
 
@@ -461,7 +461,7 @@ class _Checkpointer:
         except sqlite3.Error:
             pass
         if self._conn is not None:
-            self._conn.close()  # the thread is done: run() waited for it
+            self._conn.close()  # the thread is done: run()'s nursery waited for it
             self._conn = None
 
     async def run(self) -> None:
