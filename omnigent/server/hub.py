@@ -10,10 +10,12 @@ What it guarantees:
 - `publish` stores, then wakes followers; `transaction()` puts events into
   the same store transaction as the state change they report (the caller's
   writes inside it join it), so a crash never leaves one without the other.
-- Text deltas, the bulk of a turn, are buffered and written in one
-  transaction at most `batch_interval` (20 ms) after the first of them, by
-  `run()`; any other event first writes the buffered deltas, so order is
-  kept. Without `run()` (tests, tools) every delta is written at once.
+- Text deltas, the bulk of a turn, are buffered (and whatever goes through
+  `publish_soon`) and written in one transaction at most `batch_interval`
+  (20 ms) after the first of them, by `run()`; any other event writes the
+  buffered ones first, in its own transaction, so order is kept and they
+  cost no transaction of their own. Without `run()` (tests, tools) every
+  delta is written at once.
 - Followers read recent events from a bounded memory log and older ones
   from the store; they wait on a per-session trio.Event, so a slow client
   costs no buffer and never blocks the server. A cursor below what is kept
