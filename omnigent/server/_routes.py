@@ -15,9 +15,10 @@ from .errors import ApiError, invalid
 from .state import ServerState
 
 
-def conversation(state: ServerState, session_id: str) -> dict[str, Any]:
-    """The session's row; 404 when there is none."""
-    conv = state.store.get_conversation(session_id)
+def conversation(state: ServerState, session_id: str, *, counts: bool = True) -> dict[str, Any]:
+    """The session's row; 404 when there is none. `counts=False`: without `message_count` (it reads
+    every item of the session), for the routes that only need the row."""
+    conv = state.store.get_conversation(session_id, counts=counts)
     if conv is None:
         raise ApiError("not_found", "Session not found")
     return conv

@@ -110,27 +110,32 @@ class AgentLoop:
     """
 
     def __init__(self, store: Store, hub: EventHub, outcomes: Outcomes, gate: ToolGate,
-                 has_moved: Callable[[str, str], bool], moved_done: Callable[[str], None]) -> None:
+                 has_moved: Callable[[str, str, int], bool], moved_done: Callable[[str], None],
+                 release_claim: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.hub = hub
         self.outcomes = outcomes
         self.gate = gate
         self._has_moved = has_moved
         self._moved_done = moved_done
+        self._release_claim = release_claim  # inside a completed turn's last transaction (claims.py)
         self._captured: dict[tuple[str, str], list[str]] = {}  # (turn, call) -> output, this server's life
         self.histories = Histories()  # each session's history, built from what is new since its last step
 
     # --- the loop -------------------------------------------------------------------
 
     async def run(self, t: LoopTurn) -> str:
+        steps: list[dict[str, Any]] | None = None
         if t.adopted:
             outcome = await self._follow_open_step(t)
             if outcome is not None:
                 return outcome
         else:
-            self._recover(t)
+            steps = self._recover(t)
         while True:
-            kind, n, call, later = self._next(t)
+            plan = self._plan(t, steps)
+            steps = None  # read again for every later step: each one wrote
+            kind, n, call, later = plan.kind, plan.step, plan.call, plan.later
             if t.cancel_requested:
                 self._not_run(t, n, ([call] if call else []) + later, NOT_RUN_CANCELLED)
                 self.outcomes.cancelled(t.session_id, t.turn_id)
@@ -139,7 +144,7 @@ class AgentLoop:
                 self._complete(t, None)
                 return "completed"
             if kind == "model":
-                outcome = await self._model_step(t, n)
+                outcome = await self._model_step(t, n, plan)
             else:
                 assert call is not None  # _next gives a "tool" step its call
                 outcome = await self._tool_step(t, n, call, later)
@@ -148,40 +153,63 @@ class AgentLoop:
 
     def _next(self, t: LoopTurn) -> tuple[str, int, dict[str, Any] | None, list[dict[str, Any]]]:
         """What comes next, from the store: ("model"|"tool"|"done", step, call, the step's later calls)."""
-        steps = self.store.steps(t.turn_id)
+        plan = self._plan(t)
+        return plan.kind, plan.step, plan.call, plan.later
+
+    def _plan(self, t: Any, steps: list[dict[str, Any]] | None = None) -> _Plan:
+        """`_next`, with what it read. `steps`: the turn's steps as the caller just read them."""
+        if steps is None:
+            steps = self.store.steps(t.turn_id)
         last = steps[-1] if steps else None
-        pending = self._pending_calls(t)
+        items = self.turn_items(t.session_id, t.turn_id)
+        pending = _pending(items)
         if last is not None and last["status"] in OPEN:
             if last["kind"] == "model":
-                return "model", last["step"], None, []
+                return _Plan("model", last["step"], None, [], items, last)
             call = next((c for c in pending if c.get("call_id") == last["call_id"]), None)
             if call is None:
                 call = {"type": "function_call", "call_id": last["call_id"], "name": last["tool"],
                         "arguments": last["arguments"] or ""}
-            return "tool", last["step"], call, [c for c in pending if c is not call]
+            return _Plan("tool", last["step"], call, [c for c in pending if c is not call], items, last)
         n = last["step"] + 1 if last is not None else 0
         if pending:
-            return "tool", n, pending[0], pending[1:]
+            return _Plan("tool", n, pending[0], pending[1:], items, None)
         if last is not None and last["kind"] == "model" and last["status"] == "completed":
-            return "done", n, None, []
-        return "model", n, None, []
+            return _Plan("done", n, None, [], items, None)
+        return _Plan("model", n, None, [], items, None)
 
-    def _recover(self, t: LoopTurn) -> None:
-        """A re-dispatch: say what happens to the step left open, and settle a side-effecting tool."""
+    def begin_first_step(self, session_id: str, turn: dict[str, Any]) -> bool:
+        """Begin a fresh turn's first step (a model step: it has no step and no item yet) inside the
+        caller's transaction, the one that starts its attempt; False for any other turn.
+
+        What the loop would do first anyway, with no checkpoint in between (`run` finds the step
+        begun for this attempt and begins nothing): one write transaction fewer per turn."""
+        if turn.get("step") is not None or turn.get("output_persisted"):
+            return False  # steps or stored output (a turn of an older release): `_next` decides
+        self.store.begin_step(session_id, turn["id"], 0, "model", attempt=int(turn.get("attempt") or 0))
+        return True
+
+    def _recover(self, t: LoopTurn) -> list[dict[str, Any]] | None:
+        """A re-dispatch: say what happens to the step left open, and settle a side-effecting tool.
+
+        Returns the steps it read when it wrote none (the first `_plan` goes on from them)."""
         steps = self.store.steps(t.turn_id)
         last = steps[-1] if steps else None
         if last is None or last["status"] != "running":
-            return  # nothing open ("waiting": the gate resumes its approval)
+            return steps  # nothing open ("waiting": the gate resumes its approval)
         if last["kind"] == "model":
+            if last["attempt"] == t.attempt:  # begun by this very attempt (`begin_first_step`): not left open
+                return steps
             t.recovered(last["step"], "model", "repeated",
                         reason="the runner stopped during the model call; it is asked again")
-            return
+            return steps
         tool = last["tool"] or ""
         if tool not in SIDE_EFFECTING:
             t.recovered(last["step"], "tool", "rerun", tool=tool,
                         reason=f"the runner stopped while {tool} ran; it is read-only, so it runs again")
-            return
+            return steps
         self._interrupt_tool(t, last)
+        return None
 
     def _interrupt_tool(self, t: LoopTurn, row: dict[str, Any]) -> None:
         """A side-effecting tool whose runner stopped mid-run: never run again (see the docstring)."""
@@ -196,9 +224,11 @@ class AgentLoop:
 
     # --- model steps -----------------------------------------------------------------
 
-    async def _model_step(self, t: LoopTurn, n: int) -> str | None:
-        self.store.begin_step(t.session_id, t.turn_id, n, "model", attempt=t.attempt)
-        built = self.histories.build(self.store, t.session_id, t.input_item_id, t.turn_id)
+    async def _model_step(self, t: LoopTurn, n: int, plan: _Plan) -> str | None:
+        if plan.open is None or plan.open["attempt"] != t.attempt:  # else begun for this attempt already
+            self.store.begin_step(t.session_id, t.turn_id, n, "model", attempt=t.attempt)
+        # (the turn's items as `plan` read them: beginning a step stores none)
+        built = self.histories.build(self.store, t.session_id, t.input_item_id, t.turn_id, turn_items=plan.items)
         if not await self._send_turn_start(t, n, built, incremental=True):
             return "lost"
         return await self._model_answer(t, n, built)
@@ -283,30 +313,36 @@ class AgentLoop:
                 if not self.store.finish_model_step(t.session_id, t.turn_id, n, frame.output,
                                                     frame.response_id, frame.usage):
                     return  # a duplicate answer: the step (and the turn) ended already
-                self._publish_usage(tx, t, n, frame.usage)
-            if self.store.finish_turn(t.turn_id, "completed") is None:
+            # the turn's row as it ends (finishing it changes no usage): its usage is the steps' sum
+            ended = self.store.finish_turn(t.turn_id, "completed")
+            if frame is not None and n is not None:  # events go out in the order published: usage first
+                self._publish_usage(tx, t, n, frame.usage, summed=ended["usage"] if ended is not None else None)
+            if ended is None:
                 return
-            row = self.store.get_turn(t.turn_id) or {}
+            if self._release_claim is not None:  # nothing of the turn is left to write
+                self._release_claim(t.session_id)
             response = {"id": frame.response_id if frame else None, "object": "response", "status": "completed",
                         "output": self.turn_items(t.session_id, t.turn_id),
-                        "usage": row.get("usage") or (frame.usage if frame else None)}
+                        "usage": ended.get("usage") or (frame.usage if frame else None)}
             tx.publish(ev.COMPLETED, turn_id=t.turn_id, response=response)
             tx.publish(ev.SESSION_STATUS, status="idle")
 
-    def _publish_usage(self, tx: Any, t: LoopTurn, n: int, usage: dict[str, Any] | None) -> None:
+    def _publish_usage(self, tx: Any, t: LoopTurn, n: int, usage: dict[str, Any] | None,
+                       summed: dict[str, Any] | None = None) -> None:
+        """`session.usage` of step `n`; `summed`: the turn's usage after it, when the caller has it."""
         if usage:
-            summed = (self.store.get_turn(t.turn_id) or {}).get("usage") or usage
+            summed = summed or self.store.turn_usage(t.turn_id) or usage
             tx.publish(ev.USAGE, turn_id=t.turn_id, step=n, usage=usage, turn=summed)
 
     # --- tool steps --------------------------------------------------------------------
 
     async def _tool_step(self, t: LoopTurn, n: int, call: dict[str, Any], later: list[dict[str, Any]]) -> str | None:
         call_id, name, arguments = call.get("call_id") or "", call.get("name") or "", call.get("arguments") or ""
-        self.store.begin_step(t.session_id, t.turn_id, n, "tool", call_id=call_id, tool=name,
-                              arguments=arguments, attempt=t.attempt)
         # "waiting" until it is dispatched: a crash before that (asking its approval, say) never
-        # reads as a side-effecting tool that may have run, so the restart asks again
-        self.store.set_step_waiting(t.turn_id, n, True)
+        # reads as a side-effecting tool that may have run, so the restart asks again (one
+        # transaction: begun and waiting)
+        self.store.begin_step(t.session_id, t.turn_id, n, "tool", call_id=call_id, tool=name,
+                              arguments=arguments, attempt=t.attempt, waiting=True)
         decision = await self.gate.decide(t, n, call, lambda: self._preview(t, n, call))
         if decision.outcome == "refused":
             self._store_tool(t, n, call, decision.message, "completed", shown="not_approved")
@@ -319,7 +355,7 @@ class AgentLoop:
         if t.conn.gone:  # lost while it waited for an answer: the next runner runs it, as decided
             self.store.set_step_waiting(t.turn_id, n, True)
             return "lost"
-        if self._has_moved(t.session_id, t.turn_id):
+        if self._has_moved(t.session_id, t.turn_id, t.generation):
             self.store.set_step_waiting(t.turn_id, n, True)
             return self._moved_out(t, running=False)
         with self.hub.transaction(t.session_id) as tx:
@@ -424,13 +460,16 @@ class AgentLoop:
                 event = frame.event
                 if event.get("type") == ev.TOOL_OUTPUT and isinstance(event.get("delta"), str):
                     self._captured.setdefault((t.turn_id, event.get("call_id") or ""), []).append(event["delta"])
-                self.outcomes.relay(t.session_id, t.turn_id, event)
+                # an item is done just before its step ends, or a frame waits behind it already:
+                # stored with what follows (within the hub's batch interval), not on its own
+                soon = event.get("type") == ev.ITEM_DONE or t.frames.statistics().current_buffer_used > 0
+                self.outcomes.relay(t.session_id, t.turn_id, event, soon=soon)
                 continue
             if not isinstance(frame, ends):
                 continue  # a late frame of an earlier step of this turn
             if isinstance(frame, p.ToolResult) and (frame.call_id != call_id or (frame.status == "preview") != preview):
                 continue
-            if self._has_moved(t.session_id, t.turn_id):
+            if self._has_moved(t.session_id, t.turn_id, t.generation):
                 return self._moved_out(t, running=False)
             return frame
         return "lost"
@@ -453,12 +492,6 @@ class AgentLoop:
         """The turn's own items (what its steps stored), in order."""
         return self.store.list_turn_items(session_id, turn_id)
 
-    def _pending_calls(self, t: Any) -> list[dict[str, Any]]:
-        """The turn's function calls without an output yet, in order."""
-        items = self.turn_items(t.session_id, t.turn_id)
-        done = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
-        return [i for i in items if i.get("type") == "function_call" and i.get("call_id") not in done]
-
     def history(self, t: LoopTurn) -> list[dict[str, Any]]:
         """The model's input for the next step: the conversation up to the turn's message, then its steps."""
         return self.histories.build(self.store, t.session_id, t.input_item_id, t.turn_id).items
@@ -477,6 +510,24 @@ class AgentLoop:
                 chunks += [e["delta"] for e in events if e.get("type") == ev.TOOL_OUTPUT
                            and e.get("turn_id") == t.turn_id and e.get("call_id") == call_id]
         return "".join(chunks)
+
+
+def _pending(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The function calls among a turn's items without an output among them, in order."""
+    done = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+    return [i for i in items if i.get("type") == "function_call" and i.get("call_id") not in done]
+
+
+@dataclass
+class _Plan:
+    """What comes next in a turn (`AgentLoop._plan`), with what was read to decide it."""
+
+    kind: str                          # "model", "tool" or "done"
+    step: int
+    call: dict[str, Any] | None        # a tool step's call
+    later: list[dict[str, Any]]        # the step's later calls
+    items: list[dict[str, Any]]        # the turn's items, as read
+    open: dict[str, Any] | None        # the open step it goes on with (its row), if any
 
 
 @dataclass

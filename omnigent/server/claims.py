@@ -73,10 +73,18 @@ class Claims:
                 raise group.exceptions[0] from None
             raise
         finally:
-            try:
-                self.store.release_claim(session_id, self.owner)
+            try:  # (a completed turn released it with its end already: `release_with_end`)
+                if self.store.holds_claim(session_id, self.owner):
+                    self.store.release_claim(session_id, self.owner)
             except sqlite3.Error as exc:  # e.g. a full disk: the lease runs out by itself
                 log.error("could not release the claim on %s: %s", session_id, exc)
+
+    def release_with_end(self, session_id: str) -> None:
+        """Release the claim inside the transaction that ends the conversation's turn (its writes
+        join it): the turn's end and the claim's go together, one write transaction fewer. Called
+        by the turn holding it, with nothing of that turn left to write; `renewed` then finds
+        nothing to release."""
+        self.store.release_claim(session_id, self.owner)
 
     async def _renew(self, session_id: str, turn_id: str,
                      on_cancel_request: Callable[[], None] | None) -> None:

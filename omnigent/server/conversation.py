@@ -34,7 +34,7 @@ def register(app: Any, state: ServerState) -> None:
 
     @app.post("/v1/sessions/<session_id>/events")
     async def post_event(session_id: str):
-        conv = conversation(state, session_id)
+        conv = conversation(state, session_id, counts=False)  # a post reads no count
         body = await bodies.json_body()
         kind = body.get("type")
         if kind == "interrupt":

@@ -129,15 +129,22 @@ class Histories:
         if memo is not None:
             self.bytes -= memo.cost
 
-    def build(self, store: Any, session_id: str, input_item_id: str | None, turn_id: str | None) -> Built:
-        """The history of the model step of `turn_id` (its user message `input_item_id`), from `store`."""
+    def build(self, store: Any, session_id: str, input_item_id: str | None, turn_id: str | None, *,
+              turn_items: list[dict[str, Any]] | None = None) -> Built:
+        """The history of the model step of `turn_id` (its user message `input_item_id`), from `store`.
+
+        `turn_items`: the turn's items (`list_turn_items`) as the caller read them, with no write since."""
         memo = self._read(store, session_id)
-        turn_items = {i["id"] for i in store.list_turn_items(session_id, turn_id)} if turn_id else set()
+        if turn_id is None:
+            turn_ids: set[str] = set()
+        else:
+            turn_ids = {i["id"] for i in (store.list_turn_items(session_id, turn_id) if turn_items is None
+                                          else turn_items)}
         end = memo.positions.get(input_item_id) if input_item_id is not None else len(memo.ids) - 1
-        if end is None or any(memo.ids[pos] not in turn_items for pos in range(end + 1, memo.settled_pos)):
-            return self._from_scratch(store, session_id, input_item_id, turn_id, turn_items)
+        if end is None or any(memo.ids[pos] not in turn_ids for pos in range(end + 1, memo.settled_pos)):
+            return self._from_scratch(store, session_id, input_item_id, turn_id, turn_ids)
         base = memo.settled_pos
-        chosen = [(pos, item) for pos, item in enumerate(memo.tail, base) if pos <= end or item["id"] in turn_items]
+        chosen = [(pos, item) for pos, item in enumerate(memo.tail, base) if pos <= end or item["id"] in turn_ids]
         cleaned = [(pos, clean_item(item)) for pos, item in chosen]
         before = memo.items[-1] if memo.items else None
         tail = closed(answered(well_formed(c for _, c in cleaned), memo.calls, memo.outputs), before)

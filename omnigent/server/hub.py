@@ -10,10 +10,12 @@ What it guarantees:
 - `publish` stores, then wakes followers; `transaction()` puts events into
   the same store transaction as the state change they report (the caller's
   writes inside it join it), so a crash never leaves one without the other.
-- Text deltas, the bulk of a turn, are buffered and written in one
-  transaction at most `batch_interval` (20 ms) after the first of them, by
-  `run()`; any other event first writes the buffered deltas, so order is
-  kept. Without `run()` (tests, tools) every delta is written at once.
+- Text deltas, the bulk of a turn, are buffered (and whatever goes through
+  `publish_soon`) and written in one transaction at most `batch_interval`
+  (20 ms) after the first of them, by `run()`; any other event writes the
+  buffered ones first, in its own transaction, so order is kept and they
+  cost no transaction of their own. Without `run()` (tests, tools) every
+  delta is written at once.
 - Followers read recent events from a bounded memory log and older ones
   from the store; they wait on a per-session trio.Event, so a slow client
   costs no buffer and never blocks the server. A cursor below what is kept
@@ -134,13 +136,25 @@ class EventHub:
 
     def publish(self, session_id: str, type_: str, **fields: Any) -> dict[str, Any]:
         """Store one event and wake its followers; returns it (numbered once stored)."""
+        if type_ == events.TEXT_DELTA:
+            return self.publish_soon(session_id, type_, **fields)
         event = events.make_event(type_, **fields)
         event.setdefault("session_id", session_id)
-        if type_ == events.TEXT_DELTA and self._batching and self.store is not None:
+        self._store(session_id, [event])
+        return event
+
+    def publish_soon(self, session_id: str, type_: str, **fields: Any) -> dict[str, Any]:
+        """`publish`, batched as text deltas are: stored (then published) with the next event
+        written, or by `run()` at most `batch_interval` after the first one buffered.
+
+        For an event with no store change of its own that something else follows at once (an
+        item the runner relays just before its step's end): it costs no transaction of its own."""
+        event = events.make_event(type_, **fields)
+        event.setdefault("session_id", session_id)
+        if self._batching and self.store is not None:
             self._pending.append((session_id, event))
             self._pending_wake.set()
             return event
-        self.flush()
         self._store(session_id, [event])
         return event
 
@@ -156,53 +170,78 @@ class EventHub:
         Nothing inside may await: another task's write would join it. If
         the block raises, nothing is stored and nothing is published.
         """
-        self.flush()
         tx = Transaction(session_id)
         if self.store is None:
             yield tx
             self._deliver(session_id, tx.events)
             return
+        buffered = self._take_buffered()  # written first, in this same transaction: order kept
         log_ = self._log(session_id)
-        with self.store.event_transaction():
-            yield tx
-            if tx.events:
-                self.store.append_events(session_id, tx.events, at_least=log_.last_seq,
-                                         keep_turns=self.delta_turns)
+        try:
+            with self.store.event_transaction():
+                self._append_buffered(buffered)
+                yield tx
+                if tx.events:
+                    self.store.append_events(session_id, tx.events, at_least=log_.last_seq,
+                                             keep_turns=self.delta_turns)
+        except BaseException:  # nothing of the block is stored: the buffered events go on their own
+            _unnumber(buffered)
+            self._write_buffered(buffered)
+            raise
+        self._deliver_buffered(buffered)
         self._deliver(session_id, tx.events)
 
     def flush(self) -> None:
-        """Write the buffered deltas (one transaction for all sessions), then publish them."""
+        """Write the buffered events (one transaction for all sessions), then publish them."""
+        self._write_buffered(self._take_buffered())
+
+    def _take_buffered(self) -> dict[str, list[dict[str, Any]]]:
+        """The buffered events by session, in order, taken out of the buffer."""
+        by_session: dict[str, list[dict[str, Any]]] = {}
         if not self._pending:
-            return
+            return by_session
         pending, self._pending = self._pending, []
         self._pending_wake = trio.Event()
-        by_session: dict[str, list[dict[str, Any]]] = {}
         for session_id, event in pending:
             by_session.setdefault(session_id, []).append(event)
-        try:
-            with self.store.event_transaction():  # type: ignore[union-attr]
-                for session_id, batch in by_session.items():
-                    self.store.append_events(session_id, batch,  # type: ignore[union-attr]
-                                             at_least=self._log(session_id).last_seq)
-        except sqlite3.Error as exc:
-            log.error("cannot store %d text deltas: %s", len(pending), exc)
-            for batch in by_session.values():
-                for event in batch:
-                    event.pop("sequence_number", None)
-        for session_id, batch in by_session.items():
+        return by_session
+
+    def _append_buffered(self, buffered: dict[str, list[dict[str, Any]]]) -> None:
+        # inside an event transaction
+        for session_id, batch in buffered.items():
+            self.store.append_events(session_id, batch,  # type: ignore[union-attr]
+                                     at_least=self._log(session_id).last_seq)
+
+    def _deliver_buffered(self, buffered: dict[str, list[dict[str, Any]]]) -> None:
+        for session_id, batch in buffered.items():
             self._deliver(session_id, batch)
 
+    def _write_buffered(self, buffered: dict[str, list[dict[str, Any]]]) -> None:
+        if not buffered:
+            return
+        try:
+            with self.store.event_transaction():  # type: ignore[union-attr]
+                self._append_buffered(buffered)
+        except sqlite3.Error as exc:
+            log.error("cannot store %d buffered events: %s", sum(map(len, buffered.values())), exc)
+            _unnumber(buffered)
+        self._deliver_buffered(buffered)
+
     def _store(self, session_id: str, batch: list[dict[str, Any]]) -> None:
+        """Store `batch` (after the buffered events, in the same transaction), then publish them all."""
+        buffered = self._take_buffered()
         if self.store is not None:
             log_ = self._log(session_id)
             try:
                 with self.store.event_transaction():
+                    self._append_buffered(buffered)
                     self.store.append_events(session_id, batch, at_least=log_.last_seq,
                                              keep_turns=self.delta_turns)
             except sqlite3.Error as exc:  # watchers still hear it; it is not replayable
                 log.error("cannot store event %s of %s: %s", batch[0]["type"], session_id, exc)
-                for event in batch:
-                    event.pop("sequence_number", None)
+                _unnumber(buffered)
+                _unnumber({session_id: batch})
+        self._deliver_buffered(buffered)
         self._deliver(session_id, batch)
 
     def _deliver(self, session_id: str, batch: list[dict[str, Any]]) -> None:
@@ -230,20 +269,20 @@ class EventHub:
         _freeze_startup_objects()
         self._batching = True
         task_status.started()
+        checkpoint = _Checkpointer.start(self.store)
         try:
             async with trio.open_nursery() as nursery:
-                checkpoint = _Checkpointer.start(self.store)
                 if checkpoint is not None:
                     nursery.start_soon(checkpoint.run)
-                try:
-                    while True:
-                        await self._pending_wake.wait()
-                        await trio.sleep(self.batch_interval)
-                        self.flush()
-                finally:
-                    if checkpoint is not None:
-                        checkpoint.stop()
+                while True:
+                    await self._pending_wake.wait()
+                    await trio.sleep(self.batch_interval)
+                    self.flush()
         finally:
+            # only once the nursery is done: it waited for a checkpoint's thread still running
+            # (shielded), whose connection `stop` closes (closed under it: a segfault)
+            if checkpoint is not None:
+                checkpoint.stop()
             self._batching = False
             self.flush()
 
@@ -366,6 +405,13 @@ class EventHub:
         return []
 
 
+def _unnumber(by_session: dict[str, list[dict[str, Any]]]) -> None:
+    """Their transaction did not commit: the numbers it gave them are not theirs."""
+    for batch in by_session.values():
+        for event in batch:
+            event.pop("sequence_number", None)
+
+
 def _freeze_startup_objects() -> None:
     """Move what start-up allocated (modules, the app, the routes) out of the collector's sight.
 
@@ -417,7 +463,7 @@ class _Checkpointer:
         except sqlite3.Error:
             pass
         if self._conn is not None:
-            self._conn.close()  # the thread is done: run() waited for it
+            self._conn.close()  # the thread is done: run()'s nursery waited for it
             self._conn = None
 
     async def run(self) -> None:

@@ -29,15 +29,21 @@ class Outcomes:
         self.store = store
         self.hub = hub
 
-    def relay(self, session_id: str, turn_id: str, event: dict[str, Any]) -> None:
-        """Publish one event the runner sent for this turn; a malformed one is dropped (logged)."""
+    def relay(self, session_id: str, turn_id: str, event: dict[str, Any], *, soon: bool = False) -> None:
+        """Publish one event the runner sent for this turn; a malformed one is dropped (logged).
+
+        `soon`: more of the runner's frames wait already, so it is stored with what follows
+        (`EventHub.publish_soon`) instead of in a transaction of its own."""
         try:
             event = p.decode_event({**event, "turn_id": turn_id})
         except p.ProtocolError as exc:
             log.warning("dropping bad event from runner: %s", exc.reason)
             return
         fields = {k: v for k, v in event.items() if k not in ("type", "sequence_number", "session_id")}
-        self.hub.publish(session_id, event["type"], **fields)
+        if soon:
+            self.hub.publish_soon(session_id, event["type"], **fields)
+        else:
+            self.hub.publish(session_id, event["type"], **fields)
 
     def interrupted(self, session_id: str, turn_id: str, reason: str) -> dict[str, Any] | None:
         """The attempt ended without an answer (its runner lost, say); the turn row as it ended."""

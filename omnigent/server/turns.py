@@ -107,7 +107,8 @@ class TurnService:
         self._workers: dict[str, tuple[trio.CancelScope, trio.Event]] = {}  # session -> its worker (scope, done)
         self.waits = ApprovalWaits()
         self.gate = ToolGate(store, hub, self.waits)
-        self.loop = AgentLoop(store, hub, self._outcomes, self.gate, self._has_moved, self._moved.discard)
+        self.loop = AgentLoop(store, hub, self._outcomes, self.gate, self._has_moved, self._moved.discard,
+                              self.claims.release_with_end)
 
     # --- entry points -------------------------------------------------------
 
@@ -304,6 +305,8 @@ class TurnService:
 
     def _adopted_turn(self, session_id: str) -> dict[str, Any] | None:
         """A running turn taken over at start, waiting for its runner (it goes before the queue)."""
+        if not self.adoptions.expects_session(session_id):  # the usual case: no read at all
+            return None
         turn = self.store.running_own_turn(session_id, os.getpid())
         return turn if turn is not None and self.adoptions.expects(turn["id"]) else None
 
@@ -400,16 +403,25 @@ class TurnService:
         generation = int(conv.get("generation") or 0)
         with self.hub.transaction(session_id) as tx:  # the attempt and its events commit together (events)
             turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid(), generation=generation)
+            self.loop.begin_first_step(session_id, turn)  # a fresh turn's model step 0 with it
             tx.publish(ev.SESSION_STATUS, status="running", turn_id=turn_id)
             tx.publish(ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"], runner_id=conn.runner_id)
-        return await self._follow(session_id, turn_id, conn, conn.open_turn(turn_id), adopted=False)
+        # the rows just read and written go on as they are: nothing ran in between (no checkpoint)
+        return await self._follow(session_id, turn_id, conn, conn.open_turn(turn_id), adopted=False,
+                                  conv=conv, turn=turn)
 
     async def _follow(self, session_id: str, turn_id: str, conn: RunnerConn,
-                      frames: trio.MemoryReceiveChannel[Any], *, adopted: bool = True) -> str:
-        """Run the turn's steps on `conn` (an attempt dispatched here, or one its runner claimed)."""
-        conv = self.store.get_conversation(session_id, counts=False) or {}
+                      frames: trio.MemoryReceiveChannel[Any], *, adopted: bool = True,
+                      conv: dict[str, Any] | None = None, turn: dict[str, Any] | None = None) -> str:
+        """Run the turn's steps on `conn` (an attempt dispatched here, or one its runner claimed).
+
+        `conv` and `turn`: their rows as the caller has them, current (read or written with no
+        checkpoint since); None reads them."""
+        if conv is None:
+            conv = self.store.get_conversation(session_id, counts=False) or {}
         spec = self.store.session_spec(session_id) if conv else {}
-        turn = self.store.get_turn(turn_id) or {}
+        if turn is None:
+            turn = self.store.get_turn(turn_id) or {}
         host_policy = self.registry.host_permissions(self.registry.host_of(conn.runner_id))
         loop_turn = LoopTurn(
             session_id, turn_id, turn.get("input_item_id"), int(turn.get("attempt") or 0),
@@ -423,10 +435,14 @@ class TurnService:
             conn.close_turn(turn_id)
             self._active.pop(session_id, None)
 
-    def _has_moved(self, session_id: str, turn_id: str) -> bool:
-        """The session's generation is no longer the one this attempt runs under (rebound elsewhere)."""
+    def _has_moved(self, session_id: str, turn_id: str, generation: int | None = None) -> bool:
+        """The session's generation is no longer the one this attempt runs under (rebound elsewhere).
+
+        `generation`: the attempt's (`LoopTurn.generation`), which is the turn row's for as long as
+        the attempt runs (only its worker, here, starts another); None reads it from the row."""
         if session_id in self._moved:
             return True
         conv = self.store.get_conversation(session_id, counts=False) or {}
-        turn = self.store.get_turn(turn_id) or {}
-        return int(conv.get("generation") or 0) != int(turn.get("generation") or 0)
+        if generation is None:
+            generation = int((self.store.get_turn(turn_id) or {}).get("generation") or 0)
+        return int(conv.get("generation") or 0) != generation

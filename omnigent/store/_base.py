@@ -112,12 +112,16 @@ class Tables:
     def _after(self, column: str, now: float) -> float:
         # Strictly after every existing value: "newest" stays unambiguous even
         # for two writes within the clock's resolution or a clock step back.
-        latest = self._scalar(f"SELECT MAX({column}) FROM conversations")
-        return now if latest is None or now > latest else latest + _TICK
+        return strictly_after(self._scalar(f"SELECT MAX({column}) FROM conversations"), now)
 
     def _require_conversation(self, conv_id: str) -> None:
         if self._scalar("SELECT 1 FROM conversations WHERE id = ?", [conv_id]) is None:
             raise NotFoundError(f"conversation {conv_id!r} not found")
+
+
+def strictly_after(latest: float | None, now: float) -> float:
+    """`now`, or just after `latest` (the newest stored value) when `now` is not after it (`Tables._after`)."""
+    return now if latest is None or now > latest else latest + _TICK
 
 
 def _keys(cursor: sqlite3.Cursor) -> list[str]:

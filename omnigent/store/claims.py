@@ -67,6 +67,13 @@ class ClaimsMixin(Tables):
                 [conv_id, owner.pid, owner.started, owner.token],
             ).rowcount)
 
+    def holds_claim(self, conv_id: str, owner: ClaimOwner) -> bool:
+        """Whether `owner` holds the conversation's claim now (a read: nothing to release if not)."""
+        return self._scalar(
+            """SELECT 1 FROM conversation_claims WHERE conversation_id = ?
+               AND owner_pid = ? AND owner_started = ? AND owner_token = ?""",
+            [conv_id, owner.pid, owner.started, owner.token]) is not None
+
     def claim_of(self, conv_id: str) -> dict | None:
         """The claim row of a conversation with `live` (holder alive, lease running), or None."""
         row = self._one("SELECT * FROM conversation_claims WHERE conversation_id = ?", [conv_id])
@@ -121,6 +128,11 @@ class ClaimsMixin(Tables):
     def place_pending(self, conv_id: str, item_id: str | None) -> dict | None:
         """Append a pending item at the conversation's end; None if it is not pending."""
         if item_id is None:
+            return None
+        # A turn's pending item is stored with the turn (`queue_message`) and only ever leaves:
+        # absent now, it stays absent, so most turns (their message appended at once) write nothing.
+        if self._scalar("SELECT 1 FROM pending_items WHERE conversation_id = ? AND id = ?",
+                        [conv_id, item_id]) is None:
             return None
         with self._write():
             row = self.conn.execute(

@@ -43,6 +43,10 @@ def _time_commits() -> None:
 
 class EventsMixin(Tables):
     _event_tx: bool = False  # inside event_transaction(): other writes join it
+    # the last number given to each session inside the open event transaction: it holds the write
+    # lock, so no other process numbers one meanwhile (cleared when the transaction ends; a nested
+    # savepoint rolled back under it can leave a gap in the numbers at worst, never a duplicate)
+    _tx_seqs: dict[str, int] | None = None
 
     # --- transactions ----------------------------------------------------------
 
@@ -64,10 +68,12 @@ class EventsMixin(Tables):
             started = time.perf_counter()
         with write_transaction(self.conn):
             self._event_tx = True
+            self._tx_seqs = {}
             try:
                 yield
             finally:
                 self._event_tx = False
+                self._tx_seqs = None
         if _TIMED:  # the write lock's wait, the writes and the COMMIT (and a WAL checkpoint it ran)
             stall("commit", time.perf_counter() - started)
 
@@ -85,7 +91,8 @@ class EventsMixin(Tables):
         if not self._event_tx:
             with self.event_transaction():
                 return self.append_events(conv_id, events, at_least=at_least, keep_turns=keep_turns)
-        seq = max(self._last_seq_locked(conv_id), at_least)
+        known = self._tx_seqs.get(conv_id) if self._tx_seqs is not None else None
+        seq = max(self._last_seq_locked(conv_id) if known is None else known, at_least)
         now = self._clock()
         rows = []
         for event in events:
@@ -97,6 +104,8 @@ class EventsMixin(Tables):
         self.conn.executemany(
             "INSERT INTO session_events (conversation_id, seq, type, data, created_at, turn_id) "
             "VALUES (?, ?, ?, ?, ?, ?)", rows)
+        if self._tx_seqs is not None:
+            self._tx_seqs[conv_id] = seq
         if keep_turns is not None and any(e["type"] in _TURN_ENDS for e in events):
             self._compact_locked(conv_id, keep_turns)
         return events

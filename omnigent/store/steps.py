@@ -51,13 +51,15 @@ class StepsMixin(Tables):
         return _step(self._one(_SELECT + " WHERE turn_id = ? AND step = ?", [turn_id, step]))
 
     def begin_step(self, conv_id: str, turn_id: str, step: int, kind: str, *, call_id: str | None = None,
-                   tool: str | None = None, arguments: str | None = None, attempt: int = 0) -> dict:
+                   tool: str | None = None, arguments: str | None = None, attempt: int = 0,
+                   waiting: bool = False) -> dict:
         """Insert the step as 'running'; a step that exists is returned unchanged.
 
         Idempotent: asking again for the same attempt changes nothing. Asked
         with a higher `attempt` (the step dispatched again after a runner was
         lost), a step whose output is not stored records that attempt, and one
         that had failed or was interrupted or cancelled is 'running' again.
+        `waiting`: then, in the same transaction, `set_step_waiting(True)`.
         """
         if kind not in STEP_KINDS:
             raise ValueError(f"step kind must be one of {STEP_KINDS}, not {kind!r}")
@@ -73,6 +75,8 @@ class StepsMixin(Tables):
                            status = CASE WHEN status IN ('running', 'waiting') THEN status ELSE 'running' END
                        WHERE turn_id = ? AND step = ? AND attempt < ?""",
                     [attempt, self._clock(), turn_id, step, attempt])
+            if waiting:
+                self._set_waiting(turn_id, step, True)
         return self.get_step(turn_id, step)  # type: ignore[return-value]
 
     def _stored(self, turn_id: str, step: int) -> bool:
@@ -161,11 +165,20 @@ class StepsMixin(Tables):
         Only the step changes: the turn's own status is the loop's to set.
         False if the step was not in the other state.
         """
-        new, old = ("waiting", "running") if waiting else ("running", "waiting")
         with self._write():
-            return bool(self.db.execute(
-                "UPDATE turn_steps SET status = ? WHERE turn_id = ? AND step = ? AND status = ?",
-                [new, turn_id, step, old]).rowcount)
+            return self._set_waiting(turn_id, step, waiting)
+
+    def _set_waiting(self, turn_id: str, step: int, waiting: bool) -> bool:
+        # caller holds the write transaction
+        new, old = ("waiting", "running") if waiting else ("running", "waiting")
+        return bool(self.db.execute(
+            "UPDATE turn_steps SET status = ? WHERE turn_id = ? AND step = ? AND status = ?",
+            [new, turn_id, step, old]).rowcount)
+
+    def turn_usage(self, turn_id: str) -> dict | None:
+        """The turn's usage summed over its steps so far (None: none reported)."""
+        raw = self._scalar("SELECT usage FROM turns WHERE id = ?", [turn_id])
+        return json.loads(raw) if raw else None
 
     def session_usage(self, conv_id: str) -> dict:
         """Usage summed over the session's turns: {input_tokens, output_tokens, total_tokens, turns}.

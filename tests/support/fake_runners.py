@@ -684,18 +684,22 @@ async def open_harness(
     store_path: str | Path | None = None,
     store_clock: Callable[[], float] | None = None,
     local_permissions: str | None = None,
+    stored_events: bool = False,
 ) -> AsyncIterator[Harness]:
     """The server pieces and a real `Host` over fake runners, in one nursery (ended on exit).
 
     For seeded runs (tests/sim): `rng` draws the supervisor's jitter, `store_clock`
     stamps the store's rows, `store_path` may be ":memory:"; `startup_timeout`
-    is the host's allowance for a hello (its default when None).
+    is the host's allowance for a hello (its default when None). `stored_events`: the hub
+    stores the events (in `store`) and batches as a server's does (`EventHub.run`).
     """
     store = Store(tmp_path / "chat.db" if store_path is None else store_path,
                   **({} if store_clock is None else {"clock": store_clock}))
     try:
         async with trio.open_nursery() as nursery:
-            hub = EventHub()
+            hub = EventHub(store) if stored_events else EventHub()
+            if stored_events:
+                await nursery.start(hub.run)
             registry = RunnerRegistry()
             registry.local_permissions = local_permissions  # None: the session's own mode (a local run)
             turns = TurnService(store, hub, registry, nursery, runner_wait=runner_wait,

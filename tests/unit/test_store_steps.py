@@ -297,3 +297,16 @@ def test_list_turn_items_is_that_turns_output_in_order(store: Store):
     assert [i["type"] for i in mine] == ["function_call", "function_call_output", "message"]
     assert [i["type"] for i in store.list_turn_items(conv["id"], second["id"])] == ["message"]
     assert store.list_turn_items(conv["id"], "turn_missing") == []
+
+
+def test_a_step_begun_waiting_is_begun_and_set_waiting_in_one_transaction(store: Store, turn: dict):
+    cid, tid = turn["conversation_id"], turn["id"]
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    row = store.begin_step(cid, tid, 0, "tool", call_id="c1", tool="shell", attempt=1, waiting=True)
+    store.conn.set_trace_callback(None)
+    assert (row["status"], row["attempt"]) == ("waiting", 1) and statements.count("BEGIN IMMEDIATE") == 1
+    assert store.begin_step(cid, tid, 0, "tool", call_id="c1", attempt=1, waiting=True) == row  # idempotent
+    assert store.set_step_waiting(tid, 0, False) is True  # dispatched: running
+    # dispatched again after its runner was lost: waiting again until it is
+    assert store.begin_step(cid, tid, 0, "tool", call_id="c1", attempt=2, waiting=True)["status"] == "waiting"

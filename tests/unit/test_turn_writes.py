@@ -1,0 +1,97 @@
+"""What one turn costs the store: its write transactions and statements, counted (not timed).
+
+A plain turn (one model step, no tools) on the server pieces with a stored event log,
+as a server runs them: the message and its event (the route's one transaction), the
+conversation's claim, the attempt's start with its first step and events, and the answer
+with the turn's end, its events, the text the runner streamed and the claim's release.
+Each of these is one write transaction; nothing else writes. The counts are read with
+`sqlite3`'s trace callback on the store's connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from protocol import events as ev
+from omnigent.server.hub import EventHub
+from omnigent.store import Store
+from tests.support.fake_runners import Harness, answers, open_harness
+
+TIMEOUT = 60  # virtual seconds
+
+
+async def _turn(h: Harness, sid: str, text: str) -> dict[str, Any]:
+    """What `POST /v1/sessions/<id>/events` with a message does (server/conversation.py), then its end."""
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    with h.hub.transaction(sid) as tx:
+        item, turn = h.store.queue_message(sid, user)
+        tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+    h.turns.submit(sid)
+    await h.until_terminal(sid, turn["id"])
+    await h.settle()  # the worker has left the turn (and its claim) and waits for the next
+    return turn
+
+
+async def test_a_turn_makes_four_write_transactions(autojump_clock, tmp_path):
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("Hello!", after=0.5)], stored_events=True) as h:
+            await h.online(1)
+            sid = h.new_session()
+            await _turn(h, sid, "hi")  # the first binds the session to its runner
+            statements: list[str] = []
+            h.store.conn.set_trace_callback(statements.append)
+            try:
+                turn = await _turn(h, sid, "again")
+            finally:
+                h.store.conn.set_trace_callback(None)
+            own = [s for s in statements if not s.startswith("--")]  # not the FTS triggers' own
+            writes = [s for s in own if s.startswith("BEGIN")]
+            assert writes == ["BEGIN IMMEDIATE"] * 4, own
+            assert len(own) <= 90, own  # 85 now: the rows a turn has are passed on, not read again
+            row = h.store.get_turn(turn["id"])
+            assert row["status"] == "completed" and row["step"]["status"] == "completed"
+            assert h.store.claim_of(sid) is None  # released with the turn's end
+            types = [e["type"] for e in h.store.read_events(sid, 0)]
+            assert types[-7:] == [ev.INPUT_CONSUMED, ev.SESSION_STATUS, ev.RESPONSE_CREATED, ev.TEXT_DELTA,
+                                  ev.USAGE, ev.COMPLETED, ev.SESSION_STATUS]
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "chat.db") as s:
+        yield s
+
+
+async def test_buffered_events_join_the_next_transaction_or_go_alone_when_it_fails(store, autojump_clock):
+    hub = EventHub(store, batch_interval=0.02)
+    sid = store.create_conversation(agent_id=None)["id"]
+    seen: list[dict[str, Any]] = []
+
+    async def follow() -> None:
+        async for event in hub.follow(sid, 0):
+            seen.append(event)
+
+    async with trio.open_nursery() as n:
+        await n.start(hub.run)
+        n.start_soon(follow)
+        statements: list[str] = []
+        store.conn.set_trace_callback(statements.append)
+        hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta="a")
+        hub.publish_soon(sid, ev.ITEM_DONE, turn_id="turn_1", item={"type": "message"})
+        with hub.transaction(sid) as tx:
+            tx.publish(ev.SESSION_STATUS, status="idle")
+        assert statements.count("BEGIN IMMEDIATE") == 1  # the buffered two went with it
+        hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta="b")
+        with pytest.raises(RuntimeError):
+            with hub.transaction(sid) as tx:
+                tx.publish(ev.SESSION_STATUS, status="lost")
+                raise RuntimeError("the block fails before it commits")
+        store.conn.set_trace_callback(None)
+        await trio.testing.wait_all_tasks_blocked()
+        n.cancel_scope.cancel()
+    expected = [(ev.TEXT_DELTA, 1), (ev.ITEM_DONE, 2), (ev.SESSION_STATUS, 3), (ev.TEXT_DELTA, 4)]
+    assert [(e["type"], e["sequence_number"]) for e in seen] == expected  # the delta was not lost
+    assert [(e["type"], e["sequence_number"]) for e in store.read_events(sid, 0)] == expected
