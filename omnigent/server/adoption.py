@@ -2,7 +2,7 @@
 
 When a server process dies mid-turn, the runner does not: it keeps the
 model's stream going, buffers what it would have sent and redials (see
-`omnigent/runner/main.py` and `turns.py`). The restarted server takes over its dead
+`omnigent/runner/connection.py` and `turns.py`). The restarted server takes over its dead
 predecessor's running turns (`Store.take_over_orphaned_turns`) and `expect`s
 each one here for a grace (`OMNIGENT_ADOPT_GRACE`, 10 s). A reconnecting
 runner lists what it still owes in `Hello.in_flight`; `claim` adopts each

@@ -31,6 +31,7 @@ reads past a hole in this process's numbers (or on reconnect), not live.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sqlite3
@@ -77,6 +78,29 @@ class _Log:
     last_seq: int = 0
     changed: trio.Event = field(default_factory=trio.Event)
     ended: bool = False  # the session was deleted: its followers stop
+
+
+class _Kept(dict):  # type: ignore[type-arg]
+    """An event as the memory log keeps it: a copy made at delivery, with its JSON text
+    once a watcher has asked for it (`event_json`)."""
+
+    __slots__ = ("json",)
+    json: str
+
+
+def event_json(event: dict[str, Any]) -> str:
+    """The event as the streams send it, `json.dumps(event)`.
+
+    Encoded once per event the memory log keeps, however many watchers send it: the
+    log holds its own copy of each delivered event, which nothing changes afterwards.
+    Events read back from the store, heartbeats and snapshots are encoded each time.
+    """
+    text = getattr(event, "json", None)
+    if text is None:
+        text = json.dumps(event)
+        if isinstance(event, _Kept):
+            event.json = text
+    return text
 
 
 class Transaction:
@@ -252,7 +276,7 @@ class EventHub:
             if "sequence_number" not in event:  # no store, or it failed: numbered here
                 event["sequence_number"] = log_.last_seq + 1
             log_.last_seq = max(log_.last_seq, event["sequence_number"])
-            log_.entries.append(event)
+            log_.entries.append(_Kept(event))
         log_.changed.set()
         log_.changed = trio.Event()
 

@@ -23,7 +23,7 @@ from protocol import events as ev
 
 from ._routes import check_origin, conversation
 from .errors import ApiError, invalid
-from .hub import HEARTBEAT_EVERY
+from .hub import HEARTBEAT_EVERY, event_json
 from .quart_compat import CLIENT_DISCONNECTED
 from .state import ServerState
 
@@ -76,7 +76,7 @@ def register(app: Any, state: ServerState) -> None:
                 stream = state.hub.follow(session_id, now if after is None else after, heartbeat=HEARTBEAT_EVERY)
                 async with aclosing(stream):
                     async for event in stream:
-                        await websocket.send(json.dumps(event))
+                        await websocket.send(event_json(event))
                 n.cancel_scope.cancel()
         except* CLIENT_DISCONNECTED:
             pass  # the watcher left (quart 0.23 raises on receive/send; 0.22 cancels the handler)
@@ -105,7 +105,7 @@ def _after_arg(args: Any) -> int | None:
 def _sse(event: dict[str, Any]) -> bytes:
     seq = event.get("sequence_number") if event["type"] != ev.HEARTBEAT else None
     head = f"id: {seq}\n" if isinstance(seq, int) else ""
-    return f"{head}event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+    return f"{head}event: {event['type']}\ndata: {event_json(event)}\n\n".encode()
 
 
 def _last_event_id(raw: str | None) -> int | None:

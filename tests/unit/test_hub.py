@@ -46,3 +46,31 @@ async def test_follow_without_after_is_live_only_and_from_the_middle_resumes():
         await trio.testing.wait_all_tasks_blocked()
         hub.close()
     assert live == [3] and middle == [2, 3]
+
+
+async def test_an_event_is_encoded_once_however_many_watchers_send_it():
+    import json
+
+    from omnigent.server.hub import event_json
+
+    hub = EventHub()
+    texts: list[list[str]] = [[], [], []]
+
+    async def watch(into):
+        async for event in hub.follow("s", 0):
+            into.append(event_json(event))
+
+    async with trio.open_nursery() as n:
+        for into in texts:
+            n.start_soon(watch, into)
+        await trio.testing.wait_all_tasks_blocked()
+        published = hub.publish("s", "session.status", status="running")
+        await trio.testing.wait_all_tasks_blocked()
+        published["status"] = "changed by its publisher afterwards"  # the log keeps its own copy
+        hub.publish("s", "session.status", status="idle")
+        await trio.testing.wait_all_tasks_blocked()
+        hub.close()
+    first, *others = texts
+    assert [json.loads(t)["status"] for t in first] == ["running", "idle"]
+    assert all(t == first for t in others)
+    assert all(a is b for other in others for a, b in zip(first, other))  # one str per event
