@@ -75,6 +75,16 @@ def start_server(env: dict[str, str], data: Path, runners: int) -> tuple[subproc
     return proc, line.split("listening on ")[1].split()[0]
 
 
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM (the server stops its runners), then SIGKILL after 15 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _stat(pid: int) -> tuple[int, float] | None:
     """(ppid, CPU seconds) of a live process."""
     try:
@@ -420,12 +430,7 @@ def main() -> None:
                     names[pid] = "?"
     finally:
         if server is not None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop_server(server)
         mock.terminate()
         mock.wait()
 

@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -124,20 +122,15 @@ def _pss_kib(pid: int) -> int:
 
 async def _memory_per_watcher(kind: str, watchers: int) -> float:
     """KiB of the server's PSS per idle watcher of one session (`kind`: sse or ws)."""
+    from bench_sessions import start_server, stop_server
     from trio_websocket import open_websocket_url
 
     from omnigent.agents import bundle_bytes
 
     with tempfile.TemporaryDirectory(prefix="bench-watchers-") as tmp:
         env = {**os.environ, "HOME": tmp, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "unused"}
-        proc = subprocess.Popen([sys.executable, "-m", "omnigent", "server", "--runners", "0", "--port", "0",
-                                 "--data-dir", str(Path(tmp) / "data")], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+        proc, url = start_server(env, Path(tmp) / "data", runners=0)
         try:
-            line = proc.stdout.readline()
-            if "listening on " not in line:
-                raise SystemExit(f"server did not start: {line!r}")
-            url = line.split("listening on ")[1].split()[0]
             limits = httpx.Limits(max_connections=watchers + 4, max_keepalive_connections=watchers + 4)
             async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
                 bundle = bundle_bytes(REPO / "examples" / "hello.yaml")
@@ -178,12 +171,7 @@ async def _memory_per_watcher(kind: str, watchers: int) -> float:
                     nursery.cancel_scope.cancel()
             return (after - before) / watchers
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_server(proc)
 
 
 async def _publish(hub, sid: str, n: int) -> None:
