@@ -17,9 +17,9 @@ watchers share one process, so the figures are total CPU per delivery.
 Two more figures, for `--delay-watchers` (100) clients:
   - delay from publish to delivery: deltas published at a steady `--rate` (500 events/s: a
     fast model's text), each watcher notes when each arrives (by the SSE `id:` line); p50 /
-    p99 / max over every (watcher, event). It includes the hub's delta batching (at most
-    20 ms: deltas are stored, then sent, in one transaction per 20 ms) and, since watchers
-    share the process, their own reading;
+    p99 / max over every (watcher, event). The watchers are a child process (one client
+    each) on the same 2 cores. It includes the hub's delta batching (at most 20 ms: deltas
+    are stored, then sent, in one transaction per 20 ms);
   - memory per watcher: a real `omnigent server --runners 0` process, its PSS
     (/proc/PID/smaps_rollup) before and after W idle watchers are greeted, over W; SSE and
     websocket watchers each on a server of their own (a freed arena would hide the second).
@@ -31,8 +31,10 @@ Asserts nothing. Usage: python scripts/bench_watchers.py [--events 2000] [--watc
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,47 +69,88 @@ async def _watch(http: httpx.AsyncClient, sid: str, greeted: trio.Semaphore, don
                 return
 
 
-async def _watch_timed(http: httpx.AsyncClient, sid: str, greeted: trio.Semaphore,
-                       arrivals: list[tuple[int, float]]) -> None:
-    """Note (sequence number, arrival) of each logged event until the closing `session.status`."""
-    async with http.stream("GET", f"/v1/sessions/{sid}/stream") as resp:
-        greeting = True
-        seq = None
-        async for line in resp.aiter_lines():
-            if line.startswith("id: "):
-                seq = int(line[4:])
-            elif line.startswith("data: {"):
+# The watchers of the delay figure: a child process, so that their reading is not done on the
+# server's own loop (it shares the 2 cores, as real clients on the machine would). One client
+# each (a shared httpx pool looks at every connection per request). perf_counter is
+# CLOCK_MONOTONIC on Linux: the same clock in both processes.
+WATCHERS_CODE = r"""
+import json, re, sys, time
+import httpx, trio
+
+ID = re.compile(rb"^id: (\d+)$", re.M)
+
+async def watch(url, sid, greeted, arrivals):
+    # Raw chunks, not lines: every event of a chunk arrived at once, and a line parser in
+    # Python would make this process, not the server, the bottleneck at 50,000 events/s.
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        async with http.stream("GET", f"/v1/sessions/{sid}/stream") as resp:
+            greeting, tail = True, b""
+            async for chunk in resp.aiter_raw():
+                now = time.perf_counter()
                 if greeting:
                     greeting = False
                     greeted.release()
-                elif '"session.status"' in line:
+                data = tail + chunk
+                cut = data.rfind(b"\n\n") + 2  # whole events only (1: none yet)
+                data, tail = (data[:cut], data[cut:]) if cut > 1 else (b"", data)
+                arrivals.extend((int(seq), now) for seq in ID.findall(data))
+                if b'"session.status"' in data:
                     return
-                elif seq is not None:
-                    arrivals.append((seq, time.perf_counter()))
-                seq = None
+
+
+async def main(url, sid, n):
+    greeted = trio.Semaphore(0)
+    arrivals = [[] for _ in range(n)]
+    async with trio.open_nursery() as nursery:
+        for i in range(n):
+            nursery.start_soon(watch, url, sid, greeted, arrivals[i])
+        for _ in range(n):
+            await greeted.acquire()
+        print("ready", flush=True)
+    print(json.dumps(arrivals), flush=True)
+
+trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+"""
+
+
+async def _lines(stream: trio.abc.ReceiveStream):
+    buffer = b""
+    while True:
+        chunk = await stream.receive_some(1 << 16)
+        if not chunk:
+            if buffer:
+                yield buffer.decode()
+            return
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            yield line.decode()
 
 
 async def _delays(server, store: Store, watchers: int, rate: float, seconds: float) -> list[float]:
     """Publish deltas at `rate` per second; the delay of each (watcher, event), in seconds."""
     sid = store.create_conversation(agent_id=None)["id"]
-    limits = httpx.Limits(max_connections=watchers + 4, max_keepalive_connections=watchers + 4)
     published: list[tuple[dict, float]] = []
-    arrivals: list[list[tuple[int, float]]] = [[] for _ in range(watchers)]
-    async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=120) as http:
-        greeted = trio.Semaphore(0, max_value=max(1, watchers))
-        async with trio.open_nursery() as nursery:
-            for i in range(watchers):
-                nursery.start_soon(_watch_timed, http, sid, greeted, arrivals[i])
-            for _ in range(watchers):
-                await greeted.acquire()
-            hub = server.state.hub
-            next_at = trio.current_time()
-            for i in range(int(rate * seconds)):
-                await trio.sleep_until(next_at)
-                next_at += 1 / rate
-                published.append((hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_bench", delta=f"{i:08d}"),
-                                  time.perf_counter()))
-            hub.publish(sid, ev.SESSION_STATUS, status="idle")
+    proc = await trio.lowlevel.open_process([sys.executable, "-c", WATCHERS_CODE, server.url, sid, str(watchers)],
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    try:
+        lines = _lines(proc.stdout)
+        if await lines.__anext__() != "ready":
+            raise SystemExit("the watchers did not start")
+        hub = server.state.hub
+        next_at = trio.current_time()
+        for i in range(int(rate * seconds)):
+            await trio.sleep_until(next_at)
+            next_at += 1 / rate
+            published.append((hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_bench", delta=f"{i:08d}"),
+                              time.perf_counter()))
+        hub.publish(sid, ev.SESSION_STATUS, status="idle")
+        arrivals = json.loads(await lines.__anext__())
+        await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
     at = {event["sequence_number"]: when for event, when in published}  # numbered once stored
     return [arrived - at[seq] for mine in arrivals for seq, arrived in mine if seq in at]
 
@@ -230,7 +273,8 @@ async def main(n: int, counts: list[int], repeats: int, delay_watchers: int, pac
             print(f"\n{delay_watchers} watchers, deltas published at {pace:.0f}/s for {delay_s:.0f} s: "
                   f"{len(delays):,} of {expected:,} deliveries; publish -> delivery p50 "
                   f"{_pct(delays, .5) * 1000:.1f} ms, p99 {_pct(delays, .99) * 1000:.1f} ms, "
-                  f"max {max(delays) * 1000:.1f} ms (the hub batches deltas for up to 20 ms)")
+                  f"max {max(delays) * 1000:.1f} ms (the hub batches deltas for up to 20 ms; the watchers "
+                  f"are a child process)")
             await server.aclose()
             nursery.cancel_scope.cancel()
         store.close()
