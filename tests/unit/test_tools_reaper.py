@@ -67,3 +67,18 @@ def test_the_pool_sweeps_only_tools_of_runners_that_ended(tmp_path):
                 proc.wait()
             except (ProcessLookupError, ChildProcessError):
                 pass
+
+
+def test_a_sweep_looks_again_for_a_child_one_scan_missed(monkeypatch):
+    """/proc/PID/task/TID/children may miss a child while children change: after killing, the
+    sweep scans once more, so an orphan handed to us meanwhile is still killed."""
+    from omnigent.tools import reaper
+
+    scans = iter([[10], [], [11], [], [], []])  # 11 (10's child) missed by the scan after 10's kill
+    killed: list[int] = []
+    monkeypatch.setattr(reaper, "children", lambda pid=None: next(scans, []))
+    monkeypatch.setattr(reaper, "_kill", lambda pid, keep: killed.append(pid))
+    monkeypatch.setattr(reaper, "_reap", lambda pid: pid in killed)
+    monkeypatch.setattr(reaper.time, "sleep", lambda s: None)
+    assert reaper.sweep_orphans(keep=()) == [10, 11]
+    assert killed == [10, 11]
