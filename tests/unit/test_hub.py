@@ -65,8 +65,8 @@ async def test_an_event_is_encoded_once_however_many_watchers_send_it():
             n.start_soon(watch, into)
         await trio.testing.wait_all_tasks_blocked()
         published = hub.publish("s", "session.status", status="running")
+        published["status"] = "changed by its publisher"  # before any watcher ran: the log has its own copy
         await trio.testing.wait_all_tasks_blocked()
-        published["status"] = "changed by its publisher afterwards"  # the log keeps its own copy
         hub.publish("s", "session.status", status="idle")
         await trio.testing.wait_all_tasks_blocked()
         hub.close()
@@ -74,3 +74,20 @@ async def test_an_event_is_encoded_once_however_many_watchers_send_it():
     assert [json.loads(t)["status"] for t in first] == ["running", "idle"]
     assert all(t == first for t in others)
     assert all(a is b for other in others for a, b in zip(first, other))  # one str per event
+
+
+async def test_a_running_hub_collects_garbage_less_often():
+    import gc
+
+    from omnigent.server.hub import GC_THRESHOLDS
+
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)  # CPython's default (an earlier test's hub may have set them)
+    hub = EventHub()
+    try:
+        async with trio.open_nursery() as n:
+            await n.start(hub.run)
+            assert gc.get_threshold() == GC_THRESHOLDS
+            n.cancel_scope.cancel()
+    finally:
+        gc.set_threshold(*before)
