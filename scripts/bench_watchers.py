@@ -23,6 +23,8 @@ Two more figures, for `--delay-watchers` (100) clients:
   - memory per watcher: a real `omnigent server --runners 0` process, its PSS
     (/proc/PID/smaps_rollup) before and after W idle watchers are greeted, over W; SSE and
     websocket watchers each on a server of their own (a freed arena would hide the second).
+  The delays are also given as ratios to the floor, `python -c "import openai, trio"`, timed
+  in the same run.
 
 Asserts nothing. Usage: python scripts/bench_watchers.py [--events 2000] [--watchers 1,10,50,100,200]
        [--delay-watchers 100] [--rate 500] [--delay-s 3]
@@ -46,6 +48,7 @@ import trio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_history import floor_seconds  # noqa: E402
 from omnigent.server.serve import run_server  # noqa: E402
 from omnigent.server.sockets import bind_socket  # noqa: E402
 from omnigent.store import Store  # noqa: E402
@@ -155,16 +158,9 @@ async def _delays(server, store: Store, watchers: int, rate: float, seconds: flo
     return [arrived - at[seq] for mine in arrivals for seq, arrived in mine if seq in at]
 
 
-def _pss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    raise RuntimeError("no Pss line")
-
-
 async def _memory_per_watcher(kind: str, watchers: int) -> float:
     """KiB of the server's PSS per idle watcher of one session (`kind`: sse or ws)."""
+    from bench_run import pss_kib
     from bench_sessions import start_server, stop_server
     from trio_websocket import open_websocket_url
 
@@ -203,14 +199,14 @@ async def _memory_per_watcher(kind: str, watchers: int) -> float:
                         await greeted.acquire()
                         warm.cancel_scope.cancel()
                 await trio.sleep(0.5)
-                before = _pss_kib(proc.pid)
+                before = pss_kib(proc.pid)
                 async with trio.open_nursery() as nursery:
                     for _ in range(watchers):
                         nursery.start_soon(sse if kind == "sse" else ws)
                     for _ in range(watchers):
                         await greeted.acquire()
                     await trio.sleep(0.5)  # let the server settle after the last greeting
-                    after = _pss_kib(proc.pid)
+                    after = pss_kib(proc.pid)
                     nursery.cancel_scope.cancel()
             return (after - before) / watchers
         finally:
@@ -269,12 +265,15 @@ async def main(n: int, counts: list[int], repeats: int, delay_watchers: int, pac
                 print(f"{w:>8}  {took * 1000:>9.1f}  {rate:>14,.0f}  {rate / (n / floor):>12.2f}  "
                       f"{per * 1000:>14.2f}  {per / floor:>8.3f}")
             delays = await _delays(server, store, delay_watchers, pace, delay_s)
+            startup_floor = floor_seconds()
             expected = delay_watchers * int(pace * delay_s)
             print(f"\n{delay_watchers} watchers, deltas published at {pace:.0f}/s for {delay_s:.0f} s: "
                   f"{len(delays):,} of {expected:,} deliveries; publish -> delivery p50 "
                   f"{_pct(delays, .5) * 1000:.1f} ms, p99 {_pct(delays, .99) * 1000:.1f} ms, "
-                  f"max {max(delays) * 1000:.1f} ms (the hub batches deltas for up to 20 ms; the watchers "
-                  f"are a child process)")
+                  f"max {max(delays) * 1000:.1f} ms = {_pct(delays, .5) / startup_floor:.3f} / "
+                  f"{_pct(delays, .99) / startup_floor:.3f} / {max(delays) / startup_floor:.3f}x the floor "
+                  f"`python -c 'import openai, trio'` ({startup_floor * 1000:.0f} ms, this run) "
+                  f"(the hub batches deltas for up to 20 ms; the watchers are a child process)")
             await server.aclose()
             nursery.cancel_scope.cancel()
         store.close()
