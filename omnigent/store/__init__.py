@@ -5,9 +5,10 @@ Synchronous and free of trio and server imports: the server calls it
 straight from trio tasks (each call is well under a millisecond).
 """
 
-from .db import MIGRATIONS, migrate
+from .db import migrate
 from .errors import ConflictError, NotFoundError, StoreError
 from .ids import is_id, new_id
+from .migrations import MIGRATIONS
 from .paths import default_data_dir, default_db_path
 from .store import (
     ANY,

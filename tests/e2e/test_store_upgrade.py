@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from omnigent.store.db import MIGRATIONS
+from omnigent.store.migrations import MIGRATIONS
 from tests.conftest import REPO_ROOT, configure_mock_llm, mock_requests
 
 OLD_STORE = REPO_ROOT / "tests" / "resources" / "stores" / "chat-0.1.0.db"

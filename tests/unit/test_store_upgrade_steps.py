@@ -20,6 +20,7 @@ import pytest
 
 from omnigent.store import MIGRATIONS, Store, StoreError
 from omnigent.store import db as store_db
+from omnigent.store.migrations import Migration
 
 ITEMS = 10_000
 CONVERSATIONS = 100
@@ -207,7 +208,7 @@ def test_a_failed_check_rolls_the_migrations_back(previous: Path, tmp_path: Path
     path = tmp_path / "chat.db"
     path.write_bytes(previous.read_bytes())
     before = dump(path)
-    bad = store_db.Migration("9999_bad", "CREATE TABLE doomed (x);", additive=True, check="SELECT 1")
+    bad = Migration("9999_bad", "CREATE TABLE doomed (x);", additive=True, check="SELECT 1")
     monkeypatch.setattr(store_db, "MIGRATIONS", (*MIGRATIONS, bad))
     monkeypatch.setattr(store_db, "_KNOWN", store_db._KNOWN | {bad.name})
     monkeypatch.setattr(store_db, "_ADDITIVE", store_db._ADDITIVE | {bad.name})
