@@ -6,34 +6,31 @@ agree on one definition and a malformed peer is rejected in one place.
 
 from .errors import ProtocolError
 from .events import EVENT_TYPES, TERMINAL_EVENTS, decode_event, make_event
-from .frames import (
-    MAX_FRAME_BYTES,
-    PROTOCOL_VERSION,
-    Cancel,
-    Frame,
-    Hello,
-    HelloAck,
-    HistoryMiss,
+from .codec import MAX_FRAME_BYTES, decode, encode
+from .frame import PROTOCOL_VERSION, Frame, Ping, Pong
+from .host_frames import (
     HostHello,
     HostHelloAck,
     KillRunner,
     LaunchResult,
     LaunchRunner,
-    Ping,
-    Pong,
     RunnerCredential,
     RunnerExited,
     RunnerLaunched,
     RunnerOnline,
+)
+from .runner_frames import (
+    TOOL_STATUSES,
+    Cancel,
+    Hello,
+    HelloAck,
+    HistoryMiss,
+    ToolResult,
+    ToolStart,
     TurnCompleted,
     TurnEvent,
     TurnFailed,
-    ToolResult,
-    ToolStart,
     TurnStart,
-    TOOL_STATUSES,
-    decode,
-    encode,
 )
 
 __all__ = [
