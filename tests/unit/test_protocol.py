@@ -96,3 +96,19 @@ def test_events_are_checked():
             p.decode_event(bad)
     with pytest.raises(ProtocolError):
         p.make_event("session.status")
+
+
+def test_every_frame_class_is_known_to_the_decoder():
+    """A frame added to its module but not to that module's list could be sent and never decoded."""
+    import protocol.codec
+    import protocol.host_frames
+    import protocol.runner_frames
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    defined = {cls for cls in subclasses(p.Frame) if cls.__module__.startswith("protocol.")}
+    assert defined == set(protocol.codec.FRAME_TYPES.values())
+    assert len(protocol.codec.FRAME_TYPES) == len(defined)  # no two share a kind

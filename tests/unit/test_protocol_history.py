@@ -1,4 +1,4 @@
-"""The incremental-history fields of the runner protocol (protocol/frames.py, protocol/history.py).
+"""The incremental-history fields of the runner protocol (protocol/runner_frames.py, protocol/history.py).
 
 Why: both ends ship together, but a runner that never announced the cache
 (or was built before it) must still read every frame a server sends it, so
