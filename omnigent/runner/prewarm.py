@@ -24,6 +24,7 @@ import trio
 
 from protocol import Frame, ToolStart
 
+from ..config import collector
 from ..config.timeline import mark
 from ._log import log, one_line
 from .state import RunnerState
@@ -67,6 +68,7 @@ class PrewarmMixin(RunnerState):
                 await trio.to_thread.run_sync(self._import_harness, abandon_on_cancel=True)
         finally:
             self._prewarmed.set()
+        collector.tune()  # the SDK and the harness are loaded: they live as long as the runner
         mark("runner.prewarmed")
 
     async def _load_harness(self) -> ModuleType:

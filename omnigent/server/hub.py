@@ -45,6 +45,7 @@ import trio
 
 from protocol import events
 
+from ..config import collector
 from ..config.timeline import stall, watch_gc
 
 if TYPE_CHECKING:
@@ -290,7 +291,7 @@ class EventHub:
         garbage collections, slow commits and checkpoints are recorded by name.
         """
         watch_gc()
-        _tune_collector()
+        collector.tune()  # the server runs: what start-up loaded lives as long as it does
         self._batching = True
         task_status.started()
         checkpoint = _Checkpointer.start(self.store)
@@ -434,35 +435,6 @@ def _unnumber(by_session: dict[str, list[dict[str, Any]]]) -> None:
     for batch in by_session.values():
         for event in batch:
             event.pop("sequence_number", None)
-
-
-# The collector's thresholds once the server runs: (allocations before a young collection,
-# young collections per middle one, middle ones per full one). CPython's default is (700, 10, 10).
-GC_THRESHOLDS = (10_000, 10, 10)
-
-
-def _tune_collector() -> None:
-    """Move what start-up allocated out of the collector's sight, and collect less often.
-
-    A full collection of a server walks every object it holds: with quart,
-    hypercorn and the store loaded that is ~0.1 s of a paused loop on this
-    machine, seconds under load (`gc2` in OMNIGENT_STALLS). Those objects live
-    as long as the process, so `gc.freeze()` once the server runs leaves the
-    collections only what turns and connections allocate.
-
-    A turn allocates tens of thousands of short-lived containers (dicts of
-    events, rows, frames), nearly all freed by reference counting; at the
-    default 700 allocations a young collection ran many times per turn and
-    pushed the rest into older generations, which were then walked again.
-    With `GC_THRESHOLDS` the collections' pauses over a many-sessions run
-    (`bench_sessions.py`) fell from ~1.1 s to ~0.24 s, and the server's CPU
-    per turn by ~15 %. Garbage cycles (rare: exceptions with tracebacks) wait
-    a little longer to be freed.
-    """
-    import gc
-
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class _Checkpointer:

@@ -79,7 +79,7 @@ async def test_an_event_is_encoded_once_however_many_watchers_send_it():
 async def test_a_running_hub_collects_garbage_less_often():
     import gc
 
-    from omnigent.server.hub import GC_THRESHOLDS
+    from omnigent.config.collector import THRESHOLDS
 
     before = gc.get_threshold()
     gc.set_threshold(700, 10, 10)  # CPython's default (an earlier test's hub may have set them)
@@ -87,7 +87,7 @@ async def test_a_running_hub_collects_garbage_less_often():
     try:
         async with trio.open_nursery() as n:
             await n.start(hub.run)
-            assert gc.get_threshold() == GC_THRESHOLDS
+            assert gc.get_threshold() == THRESHOLDS
             n.cancel_scope.cancel()
     finally:
         gc.set_threshold(*before)
