@@ -165,6 +165,73 @@ async def test_deltas_of_old_turns_are_compacted_and_an_older_cursor_gets_a_resy
     assert store.read_events(sid, 0, before=100)[-1]["sequence_number"] == 17
 
 
+def _run_with_deltas(hub: EventHub, store: Store, sid: str, turn_id: str) -> None:
+    store.start_turn(turn_id, "runner_x")
+    hub.publish(sid, ev.TEXT_DELTA, turn_id=turn_id, delta="d")
+    with hub.transaction(sid) as tx:
+        store.finish_turn(turn_id, "completed")
+        tx.publish(ev.COMPLETED, turn_id=turn_id, response={"output": []})
+
+
+def _delta_turns(store: Store, sid: str) -> set[str]:
+    return {e["turn_id"] for e in store.read_events(sid, 0, limit=10_000) if e["type"] == ev.TEXT_DELTA}
+
+
+async def test_turns_pushed_out_of_the_window_by_a_queue_are_compacted_too(store):
+    """Two turns end inside the window, then 30 queued at once push them 30 turns back: a turn's
+    end must look past the window by as many turns as are still open, not by a fixed few."""
+    hub = EventHub(store, delta_turns=2)
+    sid = new_session(store)
+    early = [_turn_with_deltas(hub, store, sid, n) for n in range(2)]
+    assert _delta_turns(store, sid) == set(early)
+    queued = [store.queue_message(sid, {"type": "message", "role": "user", "content": f"q{n}"})[1]["id"]
+              for n in range(30)]
+    _run_with_deltas(hub, store, sid, queued[0])
+    assert not _delta_turns(store, sid) & set(early)  # gone at the first end after the queue
+    for turn_id in queued[1:]:
+        _run_with_deltas(hub, store, sid, turn_id)
+    assert _delta_turns(store, sid) == set(queued[-2:])
+    assert store.compact_events(sid, 2) == 0  # the full pass finds nothing left
+
+
+async def test_an_old_turn_that_ends_again_is_compacted_at_its_end(store):
+    sid = new_session(store)
+    turns = [store.queue_message(sid, {"type": "message", "role": "user", "content": "q"})[1]["id"]]
+    for n in range(39):
+        turns.append(store.create_turn(sid, None)["id"])
+    for turn_id in turns:
+        store.start_turn(turn_id, "runner_x")
+        store.append_events(sid, [{"type": ev.TEXT_DELTA, "turn_id": turn_id, "delta": "d"}])
+        store.finish_turn(turn_id, "completed")
+    # the oldest turn, far past the window and the sweep, ends (again): its deltas go at once
+    store.append_events(sid, [{"type": ev.COMPLETED, "turn_id": turns[0], "response": {}}], keep_turns=2)
+    left = _delta_turns(store, sid)
+    assert turns[0] not in left and set(turns[-2:]) <= left
+
+
+async def test_a_turns_end_looks_at_a_bounded_number_of_turns_however_long_the_session(store):
+    """O(1) per turn end, not O(turns): the old pass listed every older turn in its IN (...)."""
+    hub = EventHub(store, delta_turns=2)
+    sid = new_session(store)
+    for n in range(60):
+        _turn_with_deltas(hub, store, sid, n)
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    try:
+        _turn_with_deltas(hub, store, sid, 60)
+    finally:
+        store.conn.set_trace_callback(None)
+    compaction = [sql for sql in statements if "session_events" in sql and ("DELETE" in sql or "MAX(" in sql)]
+    # the window (2), the ending turn and 2 to spare past them; the full pass named all 59
+    assert compaction and max(sql.count("'turn_") for sql in compaction) <= 2 + 1 + 2
+    assert not any("NOT IN" in sql for sql in statements)
+    # and by the turns' index: MAX(seq) by the (conversation_id, seq) key read the whole log
+    top = next(sql for sql in compaction if "MAX(" in sql and "turn_id IN" in sql)
+    plan = " ".join(str(row[-1]) for row in store.conn.execute("EXPLAIN QUERY PLAN " + top))
+    assert "idx_session_events_turn" in plan, plan
+    assert _delta_turns(store, sid) == {t["id"] for t in store.list_turns(sid)[-2:]}
+
+
 async def test_a_session_older_than_the_log_starts_at_one_and_cursor_zero_gets_a_resync(tmp_path):
     path = tmp_path / "chat.db"
     shutil.copy(OLD_STORE, path)
