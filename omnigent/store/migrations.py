@@ -415,4 +415,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         """,
         additive=True,
     ),
+    Migration(
+        "0012_turns_by_status",
+        """
+        -- a session's open turns without walking its ended ones: whether it is busy (every
+        -- message), its next queued turn (every dispatch) and its running one read this in
+        -- O(1) instead of O(turns), so a turn costs the same in a long conversation
+        CREATE INDEX idx_turns_conversation_status ON turns (conversation_id, status, created_at);
+        """,
+        additive=True,
+    ),
 )

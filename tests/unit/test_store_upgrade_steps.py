@@ -139,10 +139,11 @@ def test_every_row_and_index_is_kept(upgraded):
         elif table == "conversations":  # columns more: permission_mode (0007), forked_from/_at_item (0009)
             assert [row[:len(rows[0])] for row in after[table]] == rows
             assert {row[len(rows[0]):] for row in after[table]} == {(None, None, None)}
-        elif table == "indexes":  # each recreated exactly; 0007's two are new
-            assert [i for i in after[table] if i[1] not in ("turn_steps", "approvals")] == rows
-            assert {i[0] for i in after[table]} - {i[0] for i in rows} == {"idx_turn_steps_conversation",
-                                                                          "idx_approvals_conversation"}
+        elif table == "indexes":  # each recreated exactly; 0007's two and 0012's are new
+            new_indexes = {"idx_turn_steps_conversation", "idx_approvals_conversation",
+                           "idx_turns_conversation_status"}
+            assert [i for i in after[table] if i[0] not in new_indexes] == rows
+            assert {i[0] for i in after[table]} - {i[0] for i in rows} == new_indexes
         else:
             assert after[table] == rows, table
     for new in ("turn_steps", "approvals", "approval_rules"):
