@@ -10,7 +10,8 @@ Responses body, the SSE parsing). Only the model is replaced: an
 time" is that handler's, measured and taken out.
 
 For each size the conversation is stored first (alternating user and
-assistant messages of ~200 bytes), one turn warms the runner (its history
+assistant messages of ~200 bytes, each pair a turn with its turn row and
+the events a turn stores), one turn warms the runner (its history
 arrives in full), then `--turns` turns are timed from the message being
 posted to `response.completed` reaching a follower. Reported, medians:
 
@@ -143,16 +144,28 @@ async def run_runner(turns: Turns, to_server: trio.MemorySendChannel[str],
 
 
 def fill(store: Store, conv: str, count: int) -> None:
+    """`count` items as real turns leave them: each question and answer a turn of its own, with its
+    turn row and the events a turn stores (deltas compacted past the newest 50 turns, as the
+    hub's compaction leaves them), so that per-turn statements meet a long session's tables."""
     filler = "lorem ipsum dolor sit amet " * 6
-    for n in range(count):
-        if n % 2 == 0:
-            store.append_item(conv, {"type": "message", "role": "user",
-                                     "content": [{"type": "input_text", "text": f"question {n} {filler}"}]})
-        else:
-            store.append_item(conv, {"id": f"msg_{n:08d}", "type": "message", "role": "assistant",
+    with store.event_transaction():
+        for n in range(0, count, 2):
+            question = store.append_item(conv, {"type": "message", "role": "user",
+                                                "content": [{"type": "input_text", "text": f"question {n} {filler}"}]})
+            if n + 1 >= count:
+                break
+            turn = store.create_turn(conv, question["id"])
+            store.start_turn(turn["id"], "runner_fill")
+            store.append_item(conv, {"id": f"msg_{n + 1:08d}", "type": "message", "role": "assistant",
                                      "status": "completed",
-                                     "content": [{"type": "output_text", "text": f"answer {n} {filler}",
-                                                  "annotations": []}]})
+                                     "content": [{"type": "output_text", "text": f"answer {n + 1} {filler}",
+                                                  "annotations": []}]}, turn_id=turn["id"])
+            store.finish_turn(turn["id"], "completed")
+            kinds = ["session.input.consumed", "session.status", "response.created",
+                     *["response.output_text.delta"] * 3, "response.output_item.done", "session.usage",
+                     "response.completed", "session.status"]
+            store.append_events(conv, [{"type": kind, "turn_id": turn["id"]} for kind in kinds])
+    store.compact_events(conv, 50)
 
 
 async def measure(size: int, turns_timed: int, cache: bool, tmp: Path, profile: Any = None) -> dict[str, Any]:
