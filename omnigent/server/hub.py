@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import sqlite3
-import time
 from collections import deque
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
@@ -46,7 +45,8 @@ import trio
 from protocol import events
 
 from ..config import collector
-from ..config.timeline import stall, watch_gc
+from ..config.timeline import watch_gc
+from .checkpoints import _Checkpointer
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -435,74 +435,6 @@ def _unnumber(by_session: dict[str, list[dict[str, Any]]]) -> None:
     for batch in by_session.values():
         for event in batch:
             event.pop("sequence_number", None)
-
-
-class _Checkpointer:
-    """WAL checkpoints off the event loop: PASSIVE, in a worker thread, on a connection of its own.
-
-    Once the WAL file has grown to WAL_PAGES pages (SQLite's own threshold),
-    a checkpoint runs every EVERY seconds; each copies only the frames added
-    since the last (the file keeps its size, as with SQLite's automatic
-    checkpoint, and is reused from its start). sqlite3 releases the GIL while
-    it copies, so the loop goes on serving meanwhile.
-    """
-
-    WAL_PAGES = 1000    # SQLite's own autocheckpoint threshold
-    EVERY = 0.5         # seconds between two looks at the WAL's size
-
-    def __init__(self, store: Store, path: str) -> None:
-        self.store, self.path = store, path
-        self._conn: sqlite3.Connection | None = None
-
-    @classmethod
-    def start(cls, store: Store | None) -> _Checkpointer | None:
-        """Take the checkpoints over from the store's connection; None where it cannot (no WAL file)."""
-        if store is None or str(getattr(store, "path", ":memory:")) == ":memory:":
-            return None
-        try:
-            mode = store.conn.execute("PRAGMA journal_mode").fetchone()[0]
-            if str(mode).lower() != "wal":
-                return None
-            store.conn.execute("PRAGMA wal_autocheckpoint=0")
-        except (sqlite3.Error, AttributeError):
-            return None
-        return cls(store, str(store.path))
-
-    def stop(self) -> None:
-        try:
-            self.store.conn.execute(f"PRAGMA wal_autocheckpoint={self.WAL_PAGES}")  # SQLite's default again
-        except sqlite3.Error:
-            pass
-        if self._conn is not None:
-            self._conn.close()  # the thread is done: run()'s nursery waited for it
-            self._conn = None
-
-    async def run(self) -> None:
-        page = 4096
-        try:
-            page = int(self.store.conn.execute("PRAGMA page_size").fetchone()[0])
-        except sqlite3.Error:
-            pass
-        while True:
-            await trio.sleep(self.EVERY)
-            try:
-                size = os.stat(self.path + "-wal").st_size
-            except OSError:
-                continue
-            if size >= self.WAL_PAGES * page:
-                with trio.CancelScope(shield=True):  # never abandon a thread holding the connection
-                    await trio.to_thread.run_sync(self._checkpoint)
-
-    def _checkpoint(self) -> None:
-        started = time.perf_counter()
-        try:
-            if self._conn is None:
-                self._conn = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        except sqlite3.Error as exc:
-            log.warning("WAL checkpoint failed: %s", exc)
-            return
-        stall("wal_checkpoint", time.perf_counter() - started)  # in a thread: not a pause of the loop
 
 
 def _index_after(entries: deque[dict[str, Any]], cursor: int) -> int | None:
