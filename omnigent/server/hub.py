@@ -31,13 +31,11 @@ reads past a hole in this process's numbers (or on reconnect), not live.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sqlite3
 from collections import deque
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -47,6 +45,8 @@ from protocol import events
 from ..config import collector
 from ..config.timeline import watch_gc
 from .checkpoints import _Checkpointer
+from .memory_log import _Kept, _Log
+from .memory_log import event_json as event_json  # re-exported: its old import path
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -71,37 +71,6 @@ def delta_turns_from_env(environ: dict[str, str] | os._Environ = os.environ) -> 
         log.warning("OMNIGENT_EVENT_DELTA_TURNS=%r is not a whole number >= 0; using %d", raw, DELTA_TURNS)
         return DELTA_TURNS
     return value
-
-
-@dataclass
-class _Log:
-    entries: deque[dict[str, Any]]
-    last_seq: int = 0
-    changed: trio.Event = field(default_factory=trio.Event)
-    ended: bool = False  # the session was deleted: its followers stop
-
-
-class _Kept(dict):  # type: ignore[type-arg]
-    """An event as the memory log keeps it: a copy made at delivery, with its JSON text
-    once a watcher has asked for it (`event_json`)."""
-
-    __slots__ = ("json",)
-    json: str
-
-
-def event_json(event: dict[str, Any]) -> str:
-    """The event as the streams send it, `json.dumps(event)`.
-
-    Encoded once per event the memory log keeps, however many watchers send it: the
-    log holds its own copy of each delivered event, which nothing changes afterwards.
-    Events read back from the store, heartbeats and snapshots are encoded each time.
-    """
-    text = getattr(event, "json", None)
-    if text is None:
-        text = json.dumps(event)
-        if isinstance(event, _Kept):
-            event.json = text
-    return text
 
 
 class Transaction:
