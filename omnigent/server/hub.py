@@ -26,19 +26,21 @@ What it guarantees:
 
 Events of another process sharing the file are seen when a follower next
 reads past a hole in this process's numbers (or on reconnect), not live.
+
+This module is the writing side (numbering, batching, transactions) and
+`EventHub` itself; the reading side is `following.py` (a mixin of it), the
+memory log and its once-encoded JSON `memory_log.py`, and the WAL
+checkpoints `run()` takes over `checkpoints.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sqlite3
-import time
 from collections import deque
-from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -46,7 +48,11 @@ import trio
 from protocol import events
 
 from ..config import collector
-from ..config.timeline import stall, watch_gc
+from ..config.timeline import watch_gc
+from .checkpoints import _Checkpointer
+from .following import FollowingMixin
+from .memory_log import _Kept, _Log
+from .memory_log import event_json as event_json  # re-exported: its old import path
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -56,7 +62,6 @@ log = logging.getLogger("omnigent.server.hub")
 BATCH_INTERVAL = 0.02   # deltas reach the store (and watchers) at most this late
 HEARTBEAT_EVERY = 15.0  # seconds of silence before a `session.heartbeat`
 DELTA_TURNS = 50        # ended turns whose deltas are kept (OMNIGENT_EVENT_DELTA_TURNS)
-_PAGE = 500             # events per store read while replaying
 
 
 def delta_turns_from_env(environ: dict[str, str] | os._Environ = os.environ) -> int:
@@ -73,37 +78,6 @@ def delta_turns_from_env(environ: dict[str, str] | os._Environ = os.environ) -> 
     return value
 
 
-@dataclass
-class _Log:
-    entries: deque[dict[str, Any]]
-    last_seq: int = 0
-    changed: trio.Event = field(default_factory=trio.Event)
-    ended: bool = False  # the session was deleted: its followers stop
-
-
-class _Kept(dict):  # type: ignore[type-arg]
-    """An event as the memory log keeps it: a copy made at delivery, with its JSON text
-    once a watcher has asked for it (`event_json`)."""
-
-    __slots__ = ("json",)
-    json: str
-
-
-def event_json(event: dict[str, Any]) -> str:
-    """The event as the streams send it, `json.dumps(event)`.
-
-    Encoded once per event the memory log keeps, however many watchers send it: the
-    log holds its own copy of each delivered event, which nothing changes afterwards.
-    Events read back from the store, heartbeats and snapshots are encoded each time.
-    """
-    text = getattr(event, "json", None)
-    if text is None:
-        text = json.dumps(event)
-        if isinstance(event, _Kept):
-            event.json = text
-    return text
-
-
 class Transaction:
     """Events collected inside `EventHub.transaction()`; numbered and stored at its end."""
 
@@ -118,7 +92,7 @@ class Transaction:
         return event
 
 
-class EventHub:
+class EventHub(FollowingMixin):
     def __init__(self, store: Store | None = None, capacity: int = 10_000, *,
                  delta_turns: int | None = None, batch_interval: float = BATCH_INTERVAL) -> None:
         self.store = store
@@ -326,197 +300,9 @@ class EventHub:
             log_.ended = True
             log_.changed.set()
 
-    # --- following -------------------------------------------------------------
-
-    async def follow(self, session_id: str, after: int | None = None, *,
-                     heartbeat: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
-        """Events with sequence_number > after, then live ones; None = live only.
-
-        A cursor the log cannot serve whole gets one `session.resync` first.
-        With `heartbeat`, a `session.heartbeat` (no number, never stored) is
-        yielded after that many seconds without an event.
-        """
-        batches = self.follow_batches(session_id, after, heartbeat=heartbeat)
-        async with contextlib.aclosing(batches):
-            async for batch in batches:
-                for event in batch:
-                    yield event
-
-    async def follow_batches(self, session_id: str, after: int | None = None, *,
-                             heartbeat: float | None = None) -> AsyncGenerator[list[dict[str, Any]], None]:
-        """`follow`, a list at a time: every event ready when the follower looks.
-
-        A stream route writes each list as one chunk, so a burst of deltas
-        costs one write per watcher, not one per delta.
-        """
-        log_ = self._log(session_id)
-        self._refresh(session_id, log_)
-        cursor = log_.last_seq if after is None else after
-        reason = self._resync_reason(session_id, cursor, log_)
-        if reason is not None:
-            resync = self.resync(session_id, cursor, reason)
-            cursor = resync["sequence_number"]
-            yield [resync]
-        while not self._closed.is_set() and not log_.ended:
-            changed = log_.changed
-            batch = [e for e in self._next(session_id, log_, cursor) if e["sequence_number"] > cursor]
-            if batch:
-                cursor = batch[-1]["sequence_number"]
-                yield batch
-                continue
-            if heartbeat is None:
-                await changed.wait()
-                continue
-            with trio.move_on_after(heartbeat) as idle:
-                await changed.wait()
-            if idle.cancelled_caught:
-                yield [{"type": events.HEARTBEAT, "session_id": session_id}]
-
-    def _resync_reason(self, session_id: str, cursor: int, log_: _Log) -> str | None:
-        if cursor > log_.last_seq:
-            return "ahead"  # a cursor from another store, or one that was reset
-        if self.store is None:
-            return None
-        try:
-            floor = self.store.event_floor(session_id)
-        except sqlite3.Error:
-            return None
-        if cursor < floor:
-            return "before_log" if floor == 1 and cursor == 0 else "compacted"
-        return None
-
-    def resync(self, session_id: str, cursor: int, reason: str) -> dict[str, Any]:
-        """The snapshot event for a watcher whose cursor the log cannot serve."""
-        snap: dict[str, Any] = {"sequence_number": self._log(session_id).last_seq,
-                                "session": None, "items": [], "turns": []}
-        if self.store is not None:
-            try:
-                snap = self.store.event_snapshot(session_id)
-            except sqlite3.Error as exc:
-                log.error("cannot read a snapshot of %s: %s", session_id, exc)
-        event = events.make_event(events.RESYNC, reason=reason, after=cursor, session=snap["session"],
-                                  items=snap["items"], turns=snap["turns"])
-        event["session_id"] = session_id
-        event["sequence_number"] = max(snap["sequence_number"], 0)
-        return event
-
-    def _next(self, session_id: str, log_: _Log, cursor: int) -> list[dict[str, Any]]:
-        """The next events after `cursor`: from memory when it holds them, else from the store."""
-        if cursor >= log_.last_seq:
-            return []
-        entries = log_.entries
-        index = _index_after(entries, cursor)
-        if index is not None and entries[index]["sequence_number"] == cursor + 1:
-            run = []
-            expected = cursor + 1
-            for n in range(index, min(len(entries), index + _PAGE)):
-                event = entries[n]
-                if event["sequence_number"] != expected:
-                    break  # a hole: another process's events, read from the store next
-                run.append(event)
-                expected += 1
-            return run
-        if self.store is not None:
-            before = entries[index]["sequence_number"] if index is not None else None
-            try:
-                stored = self.store.read_events(session_id, cursor, before=before, limit=_PAGE)
-            except sqlite3.Error as exc:
-                log.error("cannot read the event log of %s: %s", session_id, exc)
-                stored = []
-            if stored:
-                return stored
-        if index is not None:
-            return [entries[index]]  # the hole is not stored anywhere (a failed write)
-        return []
-
 
 def _unnumber(by_session: dict[str, list[dict[str, Any]]]) -> None:
     """Their transaction did not commit: the numbers it gave them are not theirs."""
     for batch in by_session.values():
         for event in batch:
             event.pop("sequence_number", None)
-
-
-class _Checkpointer:
-    """WAL checkpoints off the event loop: PASSIVE, in a worker thread, on a connection of its own.
-
-    Once the WAL file has grown to WAL_PAGES pages (SQLite's own threshold),
-    a checkpoint runs every EVERY seconds; each copies only the frames added
-    since the last (the file keeps its size, as with SQLite's automatic
-    checkpoint, and is reused from its start). sqlite3 releases the GIL while
-    it copies, so the loop goes on serving meanwhile.
-    """
-
-    WAL_PAGES = 1000    # SQLite's own autocheckpoint threshold
-    EVERY = 0.5         # seconds between two looks at the WAL's size
-
-    def __init__(self, store: Store, path: str) -> None:
-        self.store, self.path = store, path
-        self._conn: sqlite3.Connection | None = None
-
-    @classmethod
-    def start(cls, store: Store | None) -> _Checkpointer | None:
-        """Take the checkpoints over from the store's connection; None where it cannot (no WAL file)."""
-        if store is None or str(getattr(store, "path", ":memory:")) == ":memory:":
-            return None
-        try:
-            mode = store.conn.execute("PRAGMA journal_mode").fetchone()[0]
-            if str(mode).lower() != "wal":
-                return None
-            store.conn.execute("PRAGMA wal_autocheckpoint=0")
-        except (sqlite3.Error, AttributeError):
-            return None
-        return cls(store, str(store.path))
-
-    def stop(self) -> None:
-        try:
-            self.store.conn.execute(f"PRAGMA wal_autocheckpoint={self.WAL_PAGES}")  # SQLite's default again
-        except sqlite3.Error:
-            pass
-        if self._conn is not None:
-            self._conn.close()  # the thread is done: run()'s nursery waited for it
-            self._conn = None
-
-    async def run(self) -> None:
-        page = 4096
-        try:
-            page = int(self.store.conn.execute("PRAGMA page_size").fetchone()[0])
-        except sqlite3.Error:
-            pass
-        while True:
-            await trio.sleep(self.EVERY)
-            try:
-                size = os.stat(self.path + "-wal").st_size
-            except OSError:
-                continue
-            if size >= self.WAL_PAGES * page:
-                with trio.CancelScope(shield=True):  # never abandon a thread holding the connection
-                    await trio.to_thread.run_sync(self._checkpoint)
-
-    def _checkpoint(self) -> None:
-        started = time.perf_counter()
-        try:
-            if self._conn is None:
-                self._conn = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        except sqlite3.Error as exc:
-            log.warning("WAL checkpoint failed: %s", exc)
-            return
-        stall("wal_checkpoint", time.perf_counter() - started)  # in a thread: not a pause of the loop
-
-
-def _index_after(entries: deque[dict[str, Any]], cursor: int) -> int | None:
-    """Index of the first entry numbered above `cursor` (numbers increase), or None."""
-    if not entries or entries[-1]["sequence_number"] <= cursor:
-        return None
-    guess = cursor + 1 - entries[0]["sequence_number"]  # exact when the numbers are contiguous
-    if 0 <= guess < len(entries) and entries[guess]["sequence_number"] == cursor + 1:
-        return guess
-    lo, hi = 0, len(entries) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if entries[mid]["sequence_number"] <= cursor:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo

@@ -23,7 +23,8 @@ from protocol import events as ev
 
 from ._routes import check_origin, conversation
 from .errors import ApiError, invalid
-from .hub import HEARTBEAT_EVERY, event_json
+from .hub import HEARTBEAT_EVERY
+from .memory_log import event_json
 from .quart_compat import CLIENT_DISCONNECTED
 from .state import ServerState
 

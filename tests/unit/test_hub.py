@@ -51,7 +51,7 @@ async def test_follow_without_after_is_live_only_and_from_the_middle_resumes():
 async def test_an_event_is_encoded_once_however_many_watchers_send_it():
     import json
 
-    from omnigent.server.hub import event_json
+    from omnigent.server.memory_log import event_json
 
     hub = EventHub()
     texts: list[list[str]] = [[], [], []]
