@@ -17,7 +17,8 @@ What it guarantees:
   cost no transaction of their own. Without `run()` (tests, tools) every
   delta is written at once.
 - Followers read recent events from a bounded memory log and older ones
-  from the store; they wait on a per-session trio.Event, so a slow client
+  from the store (the logs are bounded per session and, when there is a
+  store, across sessions: `KEPT_EVENTS`); they wait on a per-session trio.Event, so a slow client
   costs no buffer and never blocks the server. A cursor below what is kept
   (before the log existed, or compacted) or above the newest number gets
   one `session.resync` with a snapshot instead: never silence, never a hole.
@@ -62,6 +63,9 @@ log = logging.getLogger("omnigent.server.hub")
 BATCH_INTERVAL = 0.02   # deltas reach the store (and watchers) at most this late
 HEARTBEAT_EVERY = 15.0  # seconds of silence before a `session.heartbeat`
 DELTA_TURNS = 50        # ended turns whose deltas are kept (OMNIGENT_EVENT_DELTA_TURNS)
+# events kept in memory across every session's log (~640 B each: ~64 MB), beyond which the
+# logs of the sessions least recently published to are emptied (`_keep_within_budget`)
+KEPT_EVENTS = 100_000
 
 
 def delta_turns_from_env(environ: dict[str, str] | os._Environ = os.environ) -> int:
@@ -94,10 +98,14 @@ class Transaction:
 
 class EventHub(FollowingMixin):
     def __init__(self, store: Store | None = None, capacity: int = 10_000, *,
-                 delta_turns: int | None = None, batch_interval: float = BATCH_INTERVAL) -> None:
+                 delta_turns: int | None = None, batch_interval: float = BATCH_INTERVAL,
+                 kept_events: int = KEPT_EVENTS) -> None:
         self.store = store
         self._capacity = capacity
         self._logs: dict[str, _Log] = {}
+        self._kept_budget = max(kept_events, capacity)
+        self._kept = 0  # entries held by all the logs
+        self._recent: dict[str, None] = {}  # sessions whose log holds entries, least recently published first
         self._closed = trio.Event()
         self.delta_turns = delta_turns_from_env() if delta_turns is None else delta_turns
         self.batch_interval = batch_interval
@@ -247,13 +255,40 @@ class EventHub(FollowingMixin):
         if not batch:
             return
         log_ = self._log(session_id)
+        held = len(log_.entries)
         for event in batch:
             if "sequence_number" not in event:  # no store, or it failed: numbered here
                 event["sequence_number"] = log_.last_seq + 1
             log_.last_seq = max(log_.last_seq, event["sequence_number"])
             log_.entries.append(_Kept(event))
+        self._kept += len(log_.entries) - held
+        self._recent.pop(session_id, None)
+        self._recent[session_id] = None
+        if self._kept > self._kept_budget:
+            self._keep_within_budget(session_id)
         log_.changed.set()
         log_.changed = trio.Event()
+
+    def _keep_within_budget(self, publishing: str) -> None:
+        """Empty the memory logs of the sessions least recently published to, down to the budget.
+
+        Each log is bounded (`capacity`), but a long-running server follows
+        ever more sessions: without this their logs would grow with the
+        number of sessions served, not with the ones in use. The store holds
+        every event, so a follower of an emptied log reads it from there
+        (`following.py`); a follower at the live tail needs none of it. With
+        no store the logs are the only copy and are left alone.
+        """
+        if self.store is None:
+            return
+        while self._kept > self._kept_budget:
+            oldest = next(iter(self._recent))
+            if oldest == publishing:  # the only one left: its own log is bounded by `capacity`
+                return
+            del self._recent[oldest]
+            entries = self._logs[oldest].entries
+            self._kept -= len(entries)
+            entries.clear()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Batch text deltas for as long as it runs (the server's nursery runs it).
@@ -297,6 +332,8 @@ class EventHub(FollowingMixin):
         self._pending = [(sid, event) for sid, event in self._pending if sid != session_id]
         log_ = self._logs.pop(session_id, None)
         if log_ is not None:
+            self._kept -= len(log_.entries)
+            self._recent.pop(session_id, None)
             log_.ended = True
             log_.changed.set()
 

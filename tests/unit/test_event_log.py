@@ -288,3 +288,31 @@ async def test_a_heartbeat_after_15_s_of_silence_unnumbered_and_never_stored(sto
     assert times == [(10, ev.SESSION_STATUS), (25, ev.HEARTBEAT), (40, ev.HEARTBEAT)]
     assert all("sequence_number" not in e for _, e in seen[1:])
     assert [e["type"] for e in store.read_events(sid, 0)] == [ev.SESSION_STATUS]
+
+
+async def test_idle_sessions_memory_logs_are_emptied_past_the_budget_and_read_back_from_the_store(store):
+    """Each log is bounded, but a long-running server follows ever more sessions: the memory
+    held stays within `kept_events` across them, and nothing is lost to a follower."""
+    hub = EventHub(store, capacity=100, kept_events=250)
+    sids = [new_session(store) for _ in range(5)]
+    for sid in sids:
+        for n in range(100):
+            hub.publish(sid, ev.SESSION_STATUS, status=f"s{n}")
+    held = {sid: len(hub._logs[sid].entries) for sid in sids}
+    assert sum(held.values()) <= 250
+    assert held[sids[-1]] == 100 and held[sids[0]] == 0  # the least recently published went first
+    seen: list[dict] = []
+    async with trio.open_nursery() as n:
+        n.start_soon(collect, hub, sids[0], 0, seen)
+        await trio.testing.wait_all_tasks_blocked()
+        hub.close()
+    assert seqs(seen) == list(range(1, 101))
+    assert [e["status"] for e in seen] == [f"s{k}" for k in range(100)]
+
+
+async def test_without_a_store_the_memory_logs_are_the_only_copy_and_are_kept():
+    hub = EventHub(None, capacity=100, kept_events=150)
+    for sid in ("a", "b", "c"):
+        for n in range(100):
+            hub.publish(sid, ev.SESSION_STATUS, status=f"s{n}")
+    assert [len(hub._logs[sid].entries) for sid in ("a", "b", "c")] == [100, 100, 100]
