@@ -18,8 +18,8 @@ What it guarantees:
   delta is written at once.
 - Followers read recent events from a bounded memory log and older ones
   from the store (the logs are bounded per session and, when there is a
-  store, across sessions: `KEPT_EVENTS`); they wait on a per-session trio.Event, so a slow client
-  costs no buffer and never blocks the server. A cursor below what is kept
+  store, across sessions: `KEPT_EVENTS`); they wait on a per-session
+  trio.Event, so a slow client costs no buffer and never blocks the server. A cursor below what is kept
   (before the log existed, or compacted) or above the newest number gets
   one `session.resync` with a snapshot instead: never silence, never a hole.
 - A store that fails (a full disk) does not stop the stream: the event is
@@ -53,7 +53,6 @@ from ..config.timeline import watch_gc
 from .checkpoints import _Checkpointer
 from .following import FollowingMixin
 from .memory_log import _Kept, _Log
-from .memory_log import event_json as event_json  # re-exported: its old import path
 
 if TYPE_CHECKING:
     from ..store import Store
