@@ -275,8 +275,10 @@ class EventHub(FollowingMixin):
         ever more sessions: without this their logs would grow with the
         number of sessions served, not with the ones in use. The store holds
         every event, so a follower of an emptied log reads it from there
-        (`following.py`); a follower at the live tail needs none of it. With
-        no store the logs are the only copy and are left alone.
+        (`following.py`); a follower at the live tail needs none of it. (An
+        event whose write failed lived only here: a late follower misses it
+        then, as it does after a restart.) With no store the logs are the
+        only copy and are left alone.
         """
         if self.store is None:
             return
