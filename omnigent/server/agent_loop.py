@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -49,13 +49,12 @@ from ..store import Store
 from .approval_waits import SIDE_EFFECTING, ToolGate
 from .histories import Built, Histories, SentHistory, sent_base
 from .hub import EventHub
+from .loop_turn import OPEN, LoopTurn, _pending, _Plan
 from .outcomes import Outcomes
-from .registry import RunnerConn
 
 log = logging.getLogger("omnigent.server.turns")
 
 MOVED: Any = object()  # put on a followed turn's route when its session is rebound by hand
-OPEN = ("running", "waiting")
 DEFAULT_MAX_STEPS = 50
 DEFAULT_TOOL_TIMEOUT = 120.0
 INTERRUPTED = ("interrupted: the runner stopped while this ran; the command may or may not have taken "
@@ -65,40 +64,6 @@ NOT_RUN_LIMIT = "not run: the step limit was reached"
 NOT_RUN_CANCELLED = "not run: the turn was cancelled"
 NOT_RUN_FAILED = "not run: the turn failed"
 _CAPTURE_SCAN = 5000  # events read back for a tool's output after a restart
-
-
-@dataclass
-class LoopTurn:
-    """One attempt of a turn on one runner: what every step needs, and how a client stops it."""
-
-    session_id: str
-    turn_id: str
-    input_item_id: str | None
-    attempt: int
-    generation: int
-    conn: RunnerConn
-    frames: trio.MemoryReceiveChannel[Any]
-    spec: dict[str, Any]
-    conv: dict[str, Any]
-    mode: str
-    approval_timeout: float | None
-    hub: EventHub
-    adopted: bool = False              # the runner claimed its step in flight: follow it first
-    cancel_requested: bool = False
-    approval_scope: trio.CancelScope | None = None
-    waiting_for: str | None = None     # the approval id it waits on
-    captured: dict[str, list[str]] = field(default_factory=dict)  # call id -> output streamed so far
-
-    @property
-    def runner_id(self) -> str:
-        return self.conn.runner_id
-
-    def recovered(self, step: int, kind: str, action: str, *, reason: str, tool: str | None = None) -> None:
-        fields: dict[str, Any] = {"turn_id": self.turn_id, "step": step, "kind": kind, "action": action,
-                                  "reason": reason}
-        if tool:
-            fields["tool"] = tool
-        self.hub.publish(self.session_id, ev.STEP_RECOVERED, **fields)
 
 
 class AgentLoop:
@@ -510,24 +475,6 @@ class AgentLoop:
                 chunks += [e["delta"] for e in events if e.get("type") == ev.TOOL_OUTPUT
                            and e.get("turn_id") == t.turn_id and e.get("call_id") == call_id]
         return "".join(chunks)
-
-
-def _pending(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The function calls among a turn's items without an output among them, in order."""
-    done = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
-    return [i for i in items if i.get("type") == "function_call" and i.get("call_id") not in done]
-
-
-@dataclass
-class _Plan:
-    """What comes next in a turn (`AgentLoop._plan`), with what was read to decide it."""
-
-    kind: str                          # "model", "tool" or "done"
-    step: int
-    call: dict[str, Any] | None        # a tool step's call
-    later: list[dict[str, Any]]        # the step's later calls
-    items: list[dict[str, Any]]        # the turn's items, as read
-    open: dict[str, Any] | None        # the open step it goes on with (its row), if any
 
 
 @dataclass
