@@ -1,6 +1,6 @@
 """Who decides whether a tool call may run, and the wait for a person's answer.
 
-The loop (`agent_loop.py`) asks `ToolGate.decide` before every tool step.
+The loop (`agent_loop.py`, its tool steps in `loop_tools.py`) asks `ToolGate.decide` before every tool step.
 The answer depends on the call and on the session's *effective mode*, the
 strictest of the session's own (`conversations.permission_mode`, else the
 spec's `permissions`) and its runner's host policy (`HostHello.permissions`,
