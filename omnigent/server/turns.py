@@ -34,7 +34,11 @@ After a server restart (`take_over`, `omnigent server` only), the dead
 predecessor's running turns wait `adopt_grace` s for their runner to
 reconnect and claim them (`adoption.py`); the worker then follows the
 adopted attempt as if it had dispatched it. Only a turn nobody claims is
-dispatched again.
+dispatched again. Taking those turns up, and a dropped link's turn claimed
+on its reconnect, are `turn_takeovers.py`'s (a mixin of `TurnService`).
+
+A session's worker lives while the session has turns queued: it ends when
+the queue is empty, and the next `submit` starts another.
 """
 
 from __future__ import annotations
@@ -43,8 +47,7 @@ import logging
 from functools import partial
 import os
 import sqlite3
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import trio
 
@@ -60,6 +63,7 @@ from .hub import EventHub
 from .outcomes import Outcomes
 from .placement import NoRunner, Placement
 from .reconnects import Reconnects
+from .turn_takeovers import TakeoversMixin
 from .registry import LOCAL_HOST, RunnerConn, RunnerRegistry
 
 __all__ = ["LOCAL_HOST", "NoRunner", "TurnService"]  # NoRunner and LOCAL_HOST: their home before
@@ -67,7 +71,7 @@ __all__ = ["LOCAL_HOST", "NoRunner", "TurnService"]  # NoRunner and LOCAL_HOST: 
 log = logging.getLogger("omnigent.server.turns")
 
 
-class TurnService:
+class TurnService(TakeoversMixin):
     """The turns of every session of this server: one worker per session (see the module docstring)."""
 
     def __init__(
@@ -163,52 +167,6 @@ class TurnService:
             return False
         return True
 
-    def take_over(self, alive_pid_check: Callable[[int], bool]) -> list[dict[str, Any]]:
-        """At start: take up the turns of a dead predecessor sharing this store (returns them).
-
-        Running ones wait for their runner to claim them (within the adoption
-        grace); queued ones simply run. A live process's turns are its own.
-        """
-        taken = self.store.take_over_orphaned_turns(alive_pid_check, os.getpid())
-        for turn in taken:
-            if turn["status"] == "running":
-                # a runner of the dead server's own in-process host died with it (stdin EOF): no wait
-                gone = self._reconnects.died_with_its_server(turn["runner_id"])
-                self.adoptions.expect(turn, grace=0.0 if gone else None)
-        for session_id in {turn["conversation_id"]: None for turn in taken}:
-            self.submit(session_id)
-        return taken
-
-    async def _reclaim(self, session_id: str, turn_id: str,
-                       conn: RunnerConn) -> tuple[RunnerConn, trio.MemoryReceiveChannel[Any]] | Literal["cancelled"] | None:
-        """A remote runner's link dropped mid-turn: its reconnect within the grace, claiming the turn.
-
-        Called with no checkpoint since the loss was seen (`reconnects.py`).
-        "cancelled": a client interrupted the wait.
-        """
-        if not self._reconnects.expect(turn_id, conn.runner_id):
-            return None
-        claimed: list[tuple[RunnerConn, trio.MemoryReceiveChannel[Any]]] = []
-
-        async def wait() -> None:
-            got = await self._reconnects.wait(turn_id, conn.runner_id)
-            if got is not None:
-                claimed.append(got)
-
-        if not await self._wait(session_id, wait()):  # interrupted meanwhile: the caller ends the turn
-            return "cancelled"
-        if claimed:
-            log.info("turn %s: runner %s reconnected and claimed it; no new attempt", turn_id, conn.runner_id)
-        return claimed[0] if claimed else None
-
-    def link_replaced(self, old: RunnerConn) -> None:
-        """A reconnect replaces a silent connection of a runner: its turns are expected on the new one."""
-        self._reconnects.link_replaced(old)
-
-    def runner_reported(self, conn: RunnerConn, in_flight: list[dict[str, Any]]) -> list[str]:
-        """A runner said hello with turns in flight: adopt the expected ones; the rest it must cancel."""
-        return self.adoptions.claim(conn, in_flight) if in_flight else []
-
     def session_moved(self, session_id: str) -> None:
         """The session was rebound by hand: a turn running on its old runner is refused from now on."""
         self.registry.notify_changed()  # a turn waiting for a runner re-reads the binding
@@ -301,36 +259,6 @@ class TurnService:
             self.loop.close_open_steps(session_id, turn_id, status)
         except (sqlite3.Error, KeyError, TypeError) as exc:  # the end itself must still be stored
             log.error("turn %s: could not close its open steps: %s", turn_id, exc)
-
-    def _adopted_turn(self, session_id: str) -> dict[str, Any] | None:
-        """A running turn taken over at start, waiting for its runner (it goes before the queue)."""
-        if not self.adoptions.expects_session(session_id):  # the usual case: no read at all
-            return None
-        turn = self.store.running_own_turn(session_id, os.getpid())
-        return turn if turn is not None and self.adoptions.expects(turn["id"]) else None
-
-    async def _recover(self, session_id: str, turn: dict[str, Any]) -> None:
-        """A turn of a dead predecessor: follow it if its runner claims it in time, else run it again."""
-        turn_id = turn["id"]
-        losses: list[float] = []
-        claimed = await self.adoptions.wait(turn_id)
-        if claimed is not None:
-            conn, frames = claimed
-            self.hub.publish(session_id, ev.SESSION_STATUS, status="running", turn_id=turn_id)
-            outcome = await self._follow(session_id, turn_id, conn, frames)
-            if outcome == "moved":  # rebound by hand while followed: the new binding runs it, at no loss
-                self.store.finish_turn(turn_id, "interrupted", error="the session was moved to another runner")
-                await self._run_turn(session_id, turn, losses)
-                return
-            if outcome != "lost":
-                return
-            losses.append(trio.current_time())
-            why = f"runner {conn.runner_id} was lost"
-        else:
-            why = "no runner claimed it after the server restarted"
-            log.warning("turn %s: %s within %g s; dispatching it again", turn_id, why, self.adoptions.grace)
-        self._outcomes.interrupted(session_id, turn_id, why)
-        await self._run_turn(session_id, turn, losses)
 
     async def _run_turn(self, session_id: str, turn: dict[str, Any], losses: list[float] | None = None) -> None:
         turn_id = turn["id"]
