@@ -25,15 +25,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..config.timeline import stall, stalls_enabled
-from ._base import Tables
+from ._base import TURN_TERMINAL, Tables
 from .db import write_transaction
 
 DELTA = "response.output_text.delta"
 # events that end a turn: the moment to compact older turns' deltas
 _TURN_ENDS = ("response.completed", "response.failed", "response.cancelled")
-# a turn's statuses once it has ended: its deltas may go once it is old enough
-_ENDED = frozenset({"completed", "failed", "cancelled"})
-_ENDED_SQL = "('cancelled', 'completed', 'failed')"
+# an ended turn's deltas may go once it is old enough (the same set, as an SQL list)
+_ENDED_SQL = "(" + ", ".join(f"'{status}'" for status in sorted(TURN_TERMINAL)) + ")"
 # how many more turns past the window a turn's end looks at than it must (`_compact_recent_locked`)
 _SWEEP = 2
 
@@ -150,14 +149,14 @@ class EventsMixin(Tables):
         rows = self.conn.execute(sql, [conv_id, limit]).fetchall()
         seen_open = 0
         while len(rows) == limit:  # turns queued behind this one pushed as many more out
-            still_open = sum(1 for _, status in rows if status not in _ENDED)
+            still_open = sum(1 for _, status in rows if status not in TURN_TERMINAL)
             if still_open == seen_open:
                 break
             limit += still_open - seen_open
             seen_open = still_open
             rows = self.conn.execute(sql, [conv_id, limit]).fetchall()
         window = {turn_id for turn_id, _ in rows[:keep]}
-        old = [turn_id for turn_id, status in rows[keep:] if status in _ENDED]
+        old = [turn_id for turn_id, status in rows[keep:] if status in TURN_TERMINAL]
         stray = [t for t in ending - window if t not in old]  # ended already past the window
         if stray:
             marks = ", ".join("?" * len(stray))
