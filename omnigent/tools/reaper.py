@@ -165,10 +165,10 @@ def _reap(pid: int) -> bool:
 def sweep_orphans(keep: Collection[int], *, select: Callable[[int], bool] | None = None) -> list[int]:
     """SIGKILL every child of this process not in `keep` (and its group), and reap exactly those.
 
-    Repeats until none is left (seen by two scans in a row, once it has killed
-    any) or 2 s passed, since killing one orphan hands its own children to us. Never `waitpid(-1)`: trio reaps its own
-    children. `select`, if given, narrows which children count (see the
-    module docstring); it is asked once per pid. Blocking, but short: a
+    Repeats until a round finds none left and kills none, or 2 s passed:
+    killing one orphan hands its own children to us. Never `waitpid(-1)`:
+    trio reaps its own children. `select`, if given, narrows which children
+    count (see the module docstring); it is asked once per pid. Blocking, but short: a
     SIGKILLed process is gone within milliseconds. Returns the pids swept.
     """
     keep = set(keep)
@@ -176,7 +176,6 @@ def sweep_orphans(keep: Collection[int], *, select: Callable[[int], bool] | None
     pending: set[int] = set()
     judged: dict[int, bool] = {}
     deadline = time.monotonic() + SWEEP_BOUND  # not trio code: a plain blocking bound
-    rescanned = False
     while True:
         before = len(swept)
         for pid in children():
@@ -193,12 +192,12 @@ def sweep_orphans(keep: Collection[int], *, select: Callable[[int], bool] | None
         pending = {pid for pid in pending if not _reap(pid)}
         if not pending and not any(
                 pid not in keep and (select is None or judged.get(pid, True)) for pid in children()):
-            # After a kill, look once more: /proc/PID/task/TID/children is not reliable while
-            # children change (the kernel's own words), and a killed orphan's children are being
-            # handed to us just now. One scan missed one in CI (a `cmd &` of a tool left alive).
-            if not swept or (rescanned and len(swept) == before):
+            # Only after a round that killed nothing: /proc/PID/task/TID/children is not reliable
+            # while children change (the kernel's own words), and a killed orphan's children are
+            # being handed to us just now. One scan missed one in CI (a `cmd &` of a tool left
+            # alive).
+            if len(swept) == before:
                 return swept
-            rescanned = True
         if time.monotonic() >= deadline:
             return swept
         time.sleep(0.005)
