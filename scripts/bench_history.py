@@ -59,7 +59,7 @@ from omnigent.link.runner_secrets import hash_secret  # noqa: E402
 from omnigent.runner import harness, streams  # noqa: E402
 from omnigent.runner.turns import Turns  # noqa: E402
 from omnigent.server.history import build_history  # noqa: E402
-from omnigent.server.hub import EventHub  # noqa: E402
+from omnigent.server.hub import DELTA_TURNS, EventHub  # noqa: E402
 from omnigent.server.registry import RunnerRegistry  # noqa: E402
 from omnigent.server.runner_link import serve_runner  # noqa: E402
 from omnigent.server.state import ServerState  # noqa: E402
@@ -145,7 +145,7 @@ async def run_runner(turns: Turns, to_server: trio.MemorySendChannel[str],
 
 def fill(store: Store, conv: str, count: int) -> None:
     """`count` items as real turns leave them: each question and answer a turn of its own, with its
-    turn row and the events a turn stores (deltas compacted past the newest 50 turns, as the
+    turn row and the events a turn stores (deltas compacted past the newest DELTA_TURNS, as the
     hub's compaction leaves them), so that per-turn statements meet a long session's tables."""
     filler = "lorem ipsum dolor sit amet " * 6
     with store.event_transaction():
@@ -165,7 +165,7 @@ def fill(store: Store, conv: str, count: int) -> None:
                      *["response.output_text.delta"] * 3, "response.output_item.done", "session.usage",
                      "response.completed", "session.status"]
             store.append_events(conv, [{"type": kind, "turn_id": turn["id"]} for kind in kinds])
-    store.compact_events(conv, 50)
+    store.compact_events(conv, DELTA_TURNS)
 
 
 async def measure(size: int, turns_timed: int, cache: bool, tmp: Path, profile: Any = None) -> dict[str, Any]:
