@@ -62,8 +62,9 @@ log = logging.getLogger("omnigent.server.hub")
 BATCH_INTERVAL = 0.02   # deltas reach the store (and watchers) at most this late
 HEARTBEAT_EVERY = 15.0  # seconds of silence before a `session.heartbeat`
 DELTA_TURNS = 50        # ended turns whose deltas are kept (OMNIGENT_EVENT_DELTA_TURNS)
-# events kept in memory across every session's log (~700 B each: ~70 MB, scripts/bench_hub_memory.py), beyond which the
-# logs of the sessions least recently published to are emptied (`_keep_within_budget`)
+# events kept in memory across every session's log (~700 B each: ~70 MB, by
+# scripts/bench_hub_memory.py), beyond which the logs of the sessions least recently
+# published to are emptied (`_keep_within_budget`)
 KEPT_EVENTS = 100_000
 
 
