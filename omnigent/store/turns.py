@@ -289,6 +289,8 @@ class TurnsMixin(Tables):
     def running_own_turn(self, conv_id: str, owner_pid: int) -> dict | None:
         """The conversation's 'running' (or 'waiting': for an approval) turn owned by `owner_pid`
         (one taken over after a restart)."""
+        # `+t.created_at`: ordered by (conversation_id, created_at), SQLite would walk every turn
+        # of the conversation to spare a sort; by status it reads the open ones and sorts those few
         return self._with_step(self._one(
             _TURN_SELECT + """ WHERE t.conversation_id = ? AND t.status IN ('running', 'waiting') AND t.owner_pid = ?
-                               ORDER BY t.created_at, t.rowid LIMIT 1""", [conv_id, owner_pid]))
+                               ORDER BY +t.created_at, t.rowid LIMIT 1""", [conv_id, owner_pid]))

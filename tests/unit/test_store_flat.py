@@ -57,3 +57,13 @@ def test_a_sessions_open_turns_are_found_by_index_not_by_walking_its_ended_ones(
     assert len(by_status) >= 3, asked
     for sql in by_status:
         assert "idx_turns_conversation_status" in _plan(store, sql), sql
+
+
+def test_a_taken_over_turn_is_found_by_status_not_by_walking_the_sessions_turns(store):
+    """`running_own_turn` (a restart's adoption) reads the open turns only, even though ordering by
+    (conversation_id, created_at) would let SQLite skip a sort by walking all of them."""
+    sid = _long_session(store, 30)
+    asked = _statements(store, lambda: store.running_own_turn(sid, 1))
+    [sql] = [s for s in asked if "FROM turns" in s and "'running', 'waiting'" in s]
+    plan = _plan(store, sql)
+    assert "idx_turns_conversation_status" in plan, plan
