@@ -38,6 +38,7 @@ class Claims:
     def __init__(self, store: Store, owner: ClaimOwner | None = None) -> None:
         self.store = store
         self.owner = owner or ClaimOwner.this_process()
+        self._ended: set[str] = set()  # released with their turn's end, inside `renewed`
 
     def held_elsewhere(self, session_id: str) -> bool:
         """Another live process's turn runs on this conversation now: do not touch its binding."""
@@ -59,6 +60,8 @@ class Claims:
 
         `on_cancel_request` is called once, at a renewal, if another process asked for
         this turn to be cancelled (it must not block: it starts the cancel elsewhere)."""
+        self._ended.discard(session_id)
+        clean = False
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._renew, session_id, turn_id, on_cancel_request)
@@ -66,6 +69,7 @@ class Claims:
                     yield
                 finally:
                     nursery.cancel_scope.cancel()
+            clean = True
         except BaseExceptionGroup as group:
             # what the body raised comes out as itself, not wrapped by this nursery, so the
             # caller's `except sqlite3.Error` (a full disk) still matches
@@ -73,8 +77,12 @@ class Claims:
                 raise group.exceptions[0] from None
             raise
         finally:
-            try:  # (a completed turn released it with its end already: `release_with_end`)
-                if self.store.holds_claim(session_id, self.owner):
+            # A completed turn released it with its end (`release_with_end`): nothing to read
+            # back then, unless something raised (that transaction may have rolled back).
+            released = clean and session_id in self._ended
+            self._ended.discard(session_id)
+            try:
+                if not released and self.store.holds_claim(session_id, self.owner):
                     self.store.release_claim(session_id, self.owner)
             except sqlite3.Error as exc:  # e.g. a full disk: the lease runs out by itself
                 log.error("could not release the claim on %s: %s", session_id, exc)
@@ -85,6 +93,7 @@ class Claims:
         by the turn holding it, with nothing of that turn left to write; `renewed` then finds
         nothing to release."""
         self.store.release_claim(session_id, self.owner)
+        self._ended.add(session_id)
 
     async def _renew(self, session_id: str, turn_id: str,
                      on_cancel_request: Callable[[], None] | None) -> None:
