@@ -90,8 +90,8 @@ class Claims:
     def release_with_end(self, session_id: str) -> None:
         """Release the claim inside the transaction that ends the conversation's turn (its writes
         join it): the turn's end and the claim's go together, one write transaction fewer. Called
-        by the turn holding it, with nothing of that turn left to write; `renewed` then finds
-        nothing to release."""
+        by the turn holding it, with nothing of that turn left to write; `renewed` then neither
+        reads the claim back nor releases it."""
         self.store.release_claim(session_id, self.owner)
         self._ended.add(session_id)
 
