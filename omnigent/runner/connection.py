@@ -211,7 +211,7 @@ class ConnectionMixin(RunnerState):
         # (Pongs go out from the receive loop; the websocket serialises whole messages.)
         while True:
             if self._unsent is None:
-                self._unsent = await self._turns.queued.receive()
+                self._unsent = await self._outgoing.next()  # text deltas merged (outgoing.py)
             frame, turn = self._unsent
             data = await encode_outgoing(frame)
             try:

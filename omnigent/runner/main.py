@@ -34,6 +34,7 @@ from ._log import log
 from .config import Config, ConfigError, load_config  # noqa: F401  (their home before)
 from .connection import DISCONNECT_TIMEOUT, HARNESSES, ConnectionMixin, dial_websocket  # noqa: F401  (HARNESSES: its home before)
 from .identity import IDENTITY_FD_VAR, PENDING, IdentityMixin
+from .outgoing import Outgoing
 from .prewarm import PrewarmMixin
 from .redial import Backoff
 from .state import EXIT_ERROR, EXIT_OK, EXIT_USAGE  # noqa: F401  (EXIT_ERROR: its home before)
@@ -63,6 +64,7 @@ class Runner(ConnectionMixin, PrewarmMixin, IdentityMixin):
         self._tools = ToolSlots()
         self._secrets = None  # known once the tools package is loaded
         self._unsent = None  # its send failed: first on the next connection
+        self._outgoing = Outgoing(self._turns.queued)  # the outbox as the send loop reads it
         self._dial = dial or dial_websocket
         self._backoff = Backoff(rng=rng)
         self._harness = None

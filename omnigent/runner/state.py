@@ -24,6 +24,7 @@ from protocol import Frame
 
 from ._log import log
 from .config import Config
+from .outgoing import Outgoing
 from .redial import Backoff
 from .tool_steps import ToolSlots
 from .turns import Turns
@@ -43,6 +44,7 @@ class RunnerState:
     _tools: ToolSlots
     _secrets: list[str] | None
     _unsent: tuple[Frame, Any] | None
+    _outgoing: Outgoing
     _dial: Callable[..., Any]
     _backoff: Backoff
     _harness: ModuleType | None

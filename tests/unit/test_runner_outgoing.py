@@ -1,0 +1,114 @@
+"""The runner's outbox as its send loop reads it: text deltas merged, every frame in order (MockClock)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from omnigent.runner.outgoing import DELTA_WINDOW, MAX_MERGED, Outgoing
+from protocol import TurnCompleted, TurnEvent
+from protocol import events as ev
+
+
+def delta(text: str, turn_id: str = "turn_a") -> TurnEvent:
+    return TurnEvent(turn_id, ev.make_event(ev.TEXT_DELTA, turn_id=turn_id, delta=text))
+
+
+def item_done(turn_id: str = "turn_a") -> TurnEvent:
+    return TurnEvent(turn_id, ev.make_event(ev.ITEM_DONE, turn_id=turn_id, item={"type": "message"}))
+
+
+def texts(frames: list) -> list:
+    return [f.event.get("delta", f.event["type"]) if isinstance(f, TurnEvent) else f.kind for f in frames]
+
+
+@pytest.fixture
+def outbox():
+    send, receive = trio.open_memory_channel(100)
+    return send, Outgoing(receive)
+
+
+async def take(outgoing: Outgoing, n: int) -> list:
+    return [(await outgoing.next())[0] for _ in range(n)]
+
+
+async def test_deltas_queued_together_go_as_one_and_what_follows_goes_after(outbox, autojump_clock):
+    send, outgoing = outbox
+    for frame in (delta("Hel"), delta("lo "), delta("there"), item_done(),
+                  TurnCompleted("turn_a", "resp_1", [], None)):
+        send.send_nowait((frame, "turn"))
+    start = trio.current_time()
+    got = await take(outgoing, 3)
+    assert texts(got) == ["Hello there", ev.ITEM_DONE, "turn.completed"]
+    assert trio.current_time() == start  # nothing waited: the first delta of a while goes at once
+    assert got[0].event == ev.make_event(ev.TEXT_DELTA, turn_id="turn_a", delta="Hello there")
+
+
+async def test_deltas_that_come_faster_than_the_window_wait_for_it_merged(outbox, autojump_clock):
+    send, outgoing = outbox
+    sent_at: list[tuple[float, str]] = []
+
+    async def model() -> None:
+        for n in range(6):  # a token every 5 ms
+            send.send_nowait((delta(f"{n} "), None))
+            await trio.sleep(0.005)
+
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        nursery.start_soon(model)
+        for _ in range(3):
+            frame, _turn = await outgoing.next()
+            sent_at.append((round(trio.current_time() - start, 4), frame.event["delta"]))
+    # the first at once; then one frame per window, each with what came meanwhile
+    assert sent_at == [(0.0, "0 "), (DELTA_WINDOW, "1 2 3 "), (2 * DELTA_WINDOW, "4 5 ")]
+
+
+async def test_other_frames_are_never_held_by_a_window(outbox, autojump_clock):
+    send, outgoing = outbox
+    send.send_nowait((delta("a"), None))
+    assert texts(await take(outgoing, 1)) == ["a"]
+
+    async def later() -> None:
+        await trio.sleep(0.003)
+        send.send_nowait((delta("b"), None))
+        await trio.sleep(0.002)
+        send.send_nowait((item_done(), None))
+
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        nursery.start_soon(later)
+        got = await take(outgoing, 2)
+    assert texts(got) == ["b", ev.ITEM_DONE]
+    assert trio.current_time() - start == pytest.approx(0.005)  # the item's end came: nothing waits more
+
+
+async def test_only_one_turns_consecutive_deltas_are_merged(outbox, autojump_clock):
+    send, outgoing = outbox
+    frames = [delta("a1"), delta("a2"), delta("b1", "turn_b"), delta("a3"), item_done("turn_b"), delta("b2", "turn_b")]
+    for frame in frames:
+        send.send_nowait((frame, None))
+    got = await take(outgoing, 5)
+    assert texts(got) == ["a1a2", "b1", "a3", ev.ITEM_DONE, "b2"]
+    assert [f.turn_id for f in got] == ["turn_a", "turn_b", "turn_a", "turn_b", "turn_b"]
+
+
+async def test_a_merge_stops_at_its_size_and_keeps_every_character(outbox, autojump_clock):
+    send, outgoing = outbox
+    piece = "x" * 4096
+    for _ in range(6):
+        send.send_nowait((delta(piece), None))
+    got = [f.event["delta"] for f in await take(outgoing, 2)]
+    assert [len(text) for text in got] == [MAX_MERGED, len(piece) * 6 - MAX_MERGED]
+    assert "".join(got) == piece * 6
+
+
+async def test_a_send_loop_cancelled_in_the_window_loses_nothing(outbox, autojump_clock):
+    send, outgoing = outbox
+    send.send_nowait((delta("a"), None))
+    await outgoing.next()  # a delta went out: the next ones wait for the window
+    send.send_nowait((delta("b"), "turn"))
+    with trio.move_on_after(DELTA_WINDOW / 2):  # the link drops while it waits
+        await outgoing.next()
+    send.send_nowait((delta("c"), "turn"))
+    frame, turn = await outgoing.next()  # the next connection's send loop: what it had, then the rest
+    assert (frame.event["delta"], turn) == ("bc", "turn")
