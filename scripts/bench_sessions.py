@@ -26,7 +26,10 @@ Figures (each phase after a warm-up):
 Prints figures; asserts nothing.
 
 Usage: python scripts/bench_sessions.py [--delay-ms 50] [--lone 100] [--sessions 100]
-       [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4] [--profile DIR]
+       [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4] [--profile DIR] [--stream-words N]
+
+`--stream-words N`: every answer streams N words, one text delta each, as a model streams
+tokens (the mock's default answer has no deltas, so the figures above leave them out).
 
 `--profile DIR` samples the server and runners with py-spy over the lone and closed-loop phases
 (it costs CPU: the figures of a profiled run are not the figures to report).
@@ -402,12 +405,19 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=4)
     parser.add_argument("--floor-calls", type=int, default=100)
     parser.add_argument("--profile", metavar="DIR", help="py-spy samples of the server and runners per phase")
+    parser.add_argument("--stream-words", type=int, default=0, metavar="N",
+                        help="every answer (the floor's too) streams N words, one text delta each")
     args = parser.parse_args()
     import trio
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench still stops its server
 
     mock, mock_url = start_mock(args.delay_ms)
+    if args.stream_words:
+        import httpx
+
+        httpx.post(f"{mock_url}/mock/set_fallback", json={"text": " ".join(["word"] * args.stream_words),
+                                                          "stream": True}).raise_for_status()
     server = None
     try:
         with tempfile.TemporaryDirectory(prefix="bench-sessions-") as tmp:
@@ -437,8 +447,9 @@ def main() -> None:
     floor_lat = statistics.median(floor_before["latency"] + floor_after["latency"])
     floor_cpu = statistics.median([floor_before["cpu"], floor_after["cpu"]])
     lone, paced, closed = results["lone"], results["paced"], results["closed"]
+    streamed = f", streaming {args.stream_words} words (a delta each)" if args.stream_words else ""
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; mock answers after "
-          f"{args.delay_ms:.0f} ms; server with {args.runners} runners; load generator in this process")
+          f"{args.delay_ms:.0f} ms{streamed}; server with {args.runners} runners; load generator in this process")
     print(f"per-turn floor (one warm trio process, the same openai streaming call): latency median "
           f"{floor_lat * 1000:.1f} ms (p99 {pct(floor_before['latency'] + floor_after['latency'], 0.99) * 1000:.1f}), "
           f"CPU {floor_cpu * 1000:.2f} ms per call (before/after: {floor_before['cpu'] * 1000:.2f} / "
