@@ -82,14 +82,36 @@ async def test_other_frames_are_never_held_by_a_window(outbox, autojump_clock):
     assert trio.current_time() - start == pytest.approx(0.005)  # the item's end came: nothing waits more
 
 
-async def test_only_one_turns_consecutive_deltas_are_merged(outbox, autojump_clock):
+async def test_each_turns_deltas_merge_and_each_turns_frames_keep_their_order(outbox, autojump_clock):
     send, outgoing = outbox
     frames = [delta("a1"), delta("a2"), delta("b1", "turn_b"), delta("a3"), item_done("turn_b"), delta("b2", "turn_b")]
     for frame in frames:
         send.send_nowait((frame, None))
-    got = await take(outgoing, 5)
-    assert texts(got) == ["a1a2", "b1", "a3", ev.ITEM_DONE, "b2"]
-    assert [f.turn_id for f in got] == ["turn_a", "turn_b", "turn_a", "turn_b", "turn_b"]
+    got = await take(outgoing, 4)
+    # turn_a's third delta joins its first two (turn_b's first went between them); turn_b's
+    # item end is not held and ends the batch; its next delta starts the next one
+    assert texts(got) == ["a1a2a3", "b1", ev.ITEM_DONE, "b2"]
+    assert [f.turn_id for f in got] == ["turn_a", "turn_b", "turn_b", "turn_b"]
+
+
+async def test_many_turns_streaming_at_once_send_a_frame_each_per_window(outbox, autojump_clock):
+    send, outgoing = outbox
+    turns = [f"turn_{n}" for n in range(5)]
+
+    async def models() -> None:
+        for word in range(8):  # five answers interleaved, a token each every 6 ms
+            for turn_id in turns:
+                send.send_nowait((delta(f"{word} ", turn_id), None))
+            await trio.sleep(0.006)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(models)
+        got = await take(outgoing, 5 * 3)
+    # the first tokens at once, then what came in each window: every turn's text whole and in order
+    assert [f.event["delta"] for f in got[:5]] == ["0 "] * 5
+    assert [f.event["delta"] for f in got[5:10]] == ["1 2 3 "] * 5  # came at 6, 12 and 18 ms
+    assert [f.event["delta"] for f in got[10:]] == ["4 5 6 "] * 5  # 24 to 36 ms, out at 40
+    assert [f.turn_id for f in got] == turns * 3
 
 
 async def test_a_merge_stops_at_its_size_and_keeps_every_character(outbox, autojump_clock):
@@ -111,4 +133,5 @@ async def test_a_send_loop_cancelled_in_the_window_loses_nothing(outbox, autojum
         await outgoing.next()
     send.send_nowait((delta("c"), "turn"))
     frame, turn = await outgoing.next()  # the next connection's send loop: what it had, then the rest
-    assert (frame.event["delta"], turn) == ("bc", "turn")
+    assert (frame.event["delta"], turn) == ("b", "turn")
+    assert (await outgoing.next())[0].event["delta"] == "c"
