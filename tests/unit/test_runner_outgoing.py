@@ -49,9 +49,9 @@ async def test_deltas_that_come_faster_than_the_window_wait_for_it_merged(outbox
     sent_at: list[tuple[float, str]] = []
 
     async def model() -> None:
-        for n in range(6):  # a token every 5 ms
+        for n in range(6):  # a token every 6 ms
             send.send_nowait((delta(f"{n} "), None))
-            await trio.sleep(0.005)
+            await trio.sleep(0.006)
 
     async with trio.open_nursery() as nursery:
         start = trio.current_time()
