@@ -246,6 +246,20 @@ async def test_hello_then_a_streamed_turn(spawn, server, llm):
     assert body["input"][-1]["content"][0]["text"] == "say hello"
 
 
+
+async def test_a_long_streamed_answer_reaches_the_server_in_a_few_merged_deltas(spawn, server, llm):
+    """The mock streams 40 words at once, a delta each; the runner sends the first alone and
+    merges the rest (runner/outgoing.py): far fewer frames, exactly the same text."""
+    _, http = llm
+    words = [f"w{n}" for n in range(40)]
+    await configure(http, [{"text": " ".join(words), "stream": True}])
+    _, conn = await online(spawn, server)
+    *events, done = await conn.turn(make_turn(text="go on"))
+    deltas = [f.event["delta"] for f in events if f.event["type"] == "response.output_text.delta"]
+    assert "".join(deltas).split() == words
+    assert len(deltas) <= 10, deltas  # 2 on an idle machine: the first word, then the other 39
+    assert isinstance(done, TurnCompleted) and [text_of(i) for i in done.output] == [" ".join(words)]
+
 async def test_chat_harness_through_the_mock(spawn, server, llm):
     _, http = llm
     await configure(http, [{"text": "CHAT OK"}])
