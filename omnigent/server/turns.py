@@ -369,7 +369,7 @@ class TurnService(TakeoversMixin):
         the attempt runs (only its worker, here, starts another); None reads it from the row."""
         if session_id in self._moved:
             return True
-        current = self.store.generation_of(session_id) or 0
+        current = self.store.generation_of(session_id)
         if generation is None:
             generation = int((self.store.get_turn(turn_id) or {}).get("generation") or 0)
         return current != generation

@@ -73,12 +73,11 @@ class ConversationsMixin(Tables):
         """The conversation's row; `counts=False` leaves out `message_count` (O(items) to count)."""
         return self._one((_CONVERSATION_SELECT if counts else _CONVERSATION_ROW) + " WHERE c.id = ?", [conv_id])
 
-    def generation_of(self, conv_id: str) -> int | None:
-        """The conversation's ownership generation (bumped by each rebinding); None if it is gone.
+    def generation_of(self, conv_id: str) -> int:
+        """The conversation's ownership generation (bumped by each rebinding); 0 if it is gone.
 
         One column, for the check a turn makes at each of its model's answers (server/turns.py)."""
-        generation = self._scalar("SELECT generation FROM conversations WHERE id = ?", [conv_id])
-        return None if generation is None else int(generation)
+        return int(self._scalar("SELECT generation FROM conversations WHERE id = ?", [conv_id]) or 0)
 
     def list_conversations(
         self,
