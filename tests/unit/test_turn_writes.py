@@ -10,6 +10,7 @@ Each of these is one write transaction; nothing else writes. The counts are read
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 import pytest
@@ -50,13 +51,40 @@ async def test_a_turn_makes_four_write_transactions(autojump_clock, tmp_path):
             own = [s for s in statements if not s.startswith("--")]  # not the FTS triggers' own
             writes = [s for s in own if s.startswith("BEGIN")]
             assert writes == ["BEGIN IMMEDIATE"] * 4, own
-            assert len(own) <= 90, own  # 85 now: the rows a turn has are passed on, not read again
+            assert len(own) <= 82, own  # the rows a turn has are passed on, not read again (no claim read-back)
             row = h.store.get_turn(turn["id"])
             assert row["status"] == "completed" and row["step"]["status"] == "completed"
             assert h.store.claim_of(sid) is None  # released with the turn's end
             types = [e["type"] for e in h.store.read_events(sid, 0)]
             assert types[-7:] == [ev.INPUT_CONSUMED, ev.SESSION_STATUS, ev.RESPONSE_CREATED, ev.TEXT_DELTA,
                                   ev.USAGE, ev.COMPLETED, ev.SESSION_STATUS]
+
+
+async def test_a_turn_end_that_rolls_back_after_releasing_the_claim_still_releases_it(autojump_clock, tmp_path):
+    """`release_with_end` deletes the claim inside the turn's last transaction; when that transaction
+    fails after it (rolled back: the claim is there again), the claim must still be released, or
+    every other process waits out its lease."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("Hello!", after=0.5)], stored_events=True) as h:
+            await h.online(1)
+            sid = h.new_session()
+            loop = h.turns.loop
+            release, items = loop._release_claim, loop.turn_items
+            assert release is not None
+
+            def released_then_failing(session_id: str) -> None:
+                release(session_id)
+
+                def failing(session_id: str, turn_id: str) -> list[dict[str, Any]]:
+                    loop.turn_items = items  # once
+                    raise sqlite3.OperationalError("disk I/O error")
+
+                loop.turn_items = failing  # the end's next read, after the release
+
+            loop._release_claim = released_then_failing
+            turn = await _turn(h, sid, "hi")
+            assert h.store.get_turn(turn["id"])["status"] == "failed"  # the end was not stored
+            assert h.store.claim_of(sid) is None
 
 
 @pytest.fixture
