@@ -11,11 +11,14 @@ What it guarantees:
   the same store transaction as the state change they report (the caller's
   writes inside it join it), so a crash never leaves one without the other.
 - Text deltas, the bulk of a turn, are buffered (and whatever goes through
-  `publish_soon`) and written in one transaction at most `batch_interval`
-  (20 ms) after the first of them, by `run()`; any other event writes the
-  buffered ones first, in its own transaction, so order is kept and they
-  cost no transaction of their own. Without `run()` (tests, tools) every
-  delta is written at once.
+  `publish_soon`) and written by `run()` in one transaction, at most one such
+  transaction per `batch_interval` (20 ms). A delta buffered when `run()` wrote
+  none for that long goes at once (a stream's first token waits for no
+  timer); later ones go `batch_interval` after the last write, and a buffer
+  of other events alone `batch_interval` after it began. Any other event
+  writes the buffered ones first, in its own transaction, so order is kept
+  and they cost no transaction of their own. Without `run()` (tests, tools)
+  every delta is written at once.
 - Followers read recent events from a bounded memory log and older ones
   from the store (the logs are bounded per session and, when there is a
   store, across sessions: `KEPT_EVENTS`); they wait on a per-session
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import sqlite3
 from collections import deque
@@ -111,7 +115,9 @@ class EventHub(FollowingMixin):
         self.batch_interval = batch_interval
         self._batching = False  # run() is flushing deltas
         self._pending: list[tuple[str, dict[str, Any]]] = []
+        self._pending_delta = False  # a text delta is among the buffered events
         self._pending_wake = trio.Event()
+        self._written_at = -math.inf  # when run() last wrote buffered events (trio's clock)
 
     # --- the log of one session ------------------------------------------------
 
@@ -160,6 +166,7 @@ class EventHub(FollowingMixin):
         event.setdefault("session_id", session_id)
         if self._batching and self.store is not None:
             self._pending.append((session_id, event))
+            self._pending_delta = self._pending_delta or type_ == events.TEXT_DELTA
             self._pending_wake.set()
             return event
         self._store(session_id, [event])
@@ -208,6 +215,7 @@ class EventHub(FollowingMixin):
         if not self._pending:
             return by_session
         pending, self._pending = self._pending, []
+        self._pending_delta = False
         self._pending_wake = trio.Event()
         for session_id, event in pending:
             by_session.setdefault(session_id, []).append(event)
@@ -312,8 +320,13 @@ class EventHub(FollowingMixin):
                     nursery.start_soon(checkpoint.run)
                 while True:
                     await self._pending_wake.wait()
-                    await trio.sleep(self.batch_interval)
-                    self.flush()
+                    if self._pending_delta:  # text for watchers: at once, unless written lately
+                        await trio.sleep_until(self._written_at + self.batch_interval)
+                    else:  # relayed items alone: what follows them at once takes them along
+                        await trio.sleep(self.batch_interval)
+                    if self._pending:
+                        self.flush()
+                        self._written_at = trio.current_time()
         finally:
             # only once the nursery is done: it waited for a checkpoint's thread still running
             # (shielded), whose connection `stop` closes (closed under it: a segfault)

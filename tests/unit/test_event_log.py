@@ -70,27 +70,61 @@ async def test_deltas_are_batched_stored_before_published_and_kept_in_order(stor
     hub = EventHub(store, batch_interval=0.02)
     sid = new_session(store)
     seen: list[dict] = []
+    stored_when_seen: list[int] = []
+
+    async def follow() -> None:
+        async for event in hub.follow(sid, 0):
+            stored_when_seen.append(len(store.read_events(sid, 0)))
+            seen.append(event)
+
     async with trio.open_nursery() as n:
         await n.start(hub.run)
-        n.start_soon(collect, hub, sid, 0, seen)
+        n.start_soon(follow)
         await trio.testing.wait_all_tasks_blocked()
-        for i in range(50):
-            hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta=str(i))
-        await trio.testing.wait_all_tasks_blocked()
-        assert seen == [] and store.read_events(sid, 0) == []  # not stored, so not published yet
         start = trio.current_time()
-        while len(seen) < 50:
-            await trio.sleep(0.001)
-        assert trio.current_time() - start <= 0.021  # within the batch interval
-        assert len(store.read_events(sid, 0)) == 50
+        for i in range(50):  # a burst, on a hub that wrote nothing lately: together, at once
+            hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta=str(i))
+        assert store.read_events(sid, 0) == []  # buffered: not stored, so not published yet
+        await trio.testing.wait_all_tasks_blocked()
+        assert trio.current_time() == start and len(seen) == 50
+        assert min(stored_when_seen) == 50  # each stored before it was seen
+        for i in range(3):  # right behind a write: held until batch_interval after it
+            hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta=f"next{i}")
+        await trio.sleep(0.019)
+        assert len(seen) == 50
+        await trio.sleep(0.0011)
+        assert len(seen) == 53  # by 20.1 ms
+        await trio.sleep(0.05)  # quiet again: the next delta goes at once
+        quiet = trio.current_time()
+        hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta="after a pause")
+        await trio.testing.wait_all_tasks_blocked()
+        assert trio.current_time() == quiet and len(seen) == 54
         for i in range(3):
             hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta=f"late{i}")
         hub.publish(sid, ev.ITEM_DONE, turn_id="turn_1", item={"type": "message"})  # flushes first
         await trio.testing.wait_all_tasks_blocked()
+        assert trio.current_time() == quiet and len(seen) == 58
         n.cancel_scope.cancel()
-    assert seqs(seen) == list(range(1, 55))
+    assert seqs(seen) == list(range(1, 59))
     assert [e["type"] for e in seen[-4:]] == [ev.TEXT_DELTA] * 3 + [ev.ITEM_DONE]
-    assert seqs(store.read_events(sid, 0)) == list(range(1, 55))
+    assert seqs(store.read_events(sid, 0)) == list(range(1, 59))
+
+
+async def test_a_relayed_item_alone_waits_a_whole_interval_for_what_follows_it(store, autojump_clock):
+    hub = EventHub(store, batch_interval=0.02)
+    sid = new_session(store)
+    seen: list[dict] = []
+    async with trio.open_nursery() as n:
+        await n.start(hub.run)
+        n.start_soon(collect, hub, sid, 0, seen)
+        await trio.testing.wait_all_tasks_blocked()
+        start = trio.current_time()
+        hub.publish_soon(sid, ev.ITEM_DONE, turn_id="turn_1", item={"type": "message"})
+        await trio.sleep(0.019)
+        assert seen == []  # the step's end usually takes it along before then
+        await trio.sleep(0.0011)
+        assert len(seen) == 1 and trio.current_time() - start == pytest.approx(0.0201)
+        n.cancel_scope.cancel()
 
 
 async def test_an_event_commits_with_its_state_change_or_not_at_all(store):
