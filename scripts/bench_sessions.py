@@ -14,7 +14,9 @@ Figures (each phase after a warm-up):
   - lone: one session, turns one after the other. Added latency per turn
     (post -> `response.completed` on the session's stream, minus the floor's
     median call) p50/p99; CPU of omnigent's processes per turn (server plus
-    runners, utime+stime from /proc) over the floor's CPU per call.
+    runners, utime+stime from /proc) over the floor's CPU per call. With
+    `--stream-words`, also the added time to the first text delta on the stream
+    (post -> first delta, minus the floor's request -> first delta).
   - paced: 100 sessions, turns posted at 25 turns/s in all (each to an idle
     session): added latency p50/p99.
   - closed loop: 100 sessions, each posts its next turn when its last is
@@ -169,22 +171,27 @@ import openai, trio
 
 async def main(n, warm):
     client = openai.AsyncOpenAI(api_key="mock", base_url=os.environ["OPENAI_BASE_URL"], max_retries=0)
-    async def call():
+    first = []
+    async def call(t):
         stream = await client.responses.create(model="gpt-4o-mini", stream=True,
                                                input=[{"role": "user", "content": [{"type": "input_text", "text": "Say hi"}]}])
+        seen = False
         async for event in stream:
-            pass
+            if not seen and event.type == "response.output_text.delta":
+                seen = True
+                first.append(time.perf_counter() - t)
     for _ in range(warm):
-        await call()
+        await call(time.perf_counter())
+    first.clear()
     lat = []
     u = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = u.ru_utime + u.ru_stime
     for _ in range(n):
         t = time.perf_counter()
-        await call()
+        await call(t)
         lat.append(time.perf_counter() - t)
     u = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"latency": lat, "cpu": (u.ru_utime + u.ru_stime - cpu0) / n}))
+    print(json.dumps({"latency": lat, "first": first, "cpu": (u.ru_utime + u.ru_stime - cpu0) / n}))
     await client.close()
 
 trio.run(main, int(sys.argv[1]), int(sys.argv[2]))
@@ -206,6 +213,7 @@ class Session:
         self.id, self.ws, self.http = session_id, ws, http
         self.done = None  # a trio.Event while a turn is in flight
         self.posted = 0.0
+        self.first: float | None = None  # post -> the turn's first text delta on the stream
         self.turns = 0
 
 
@@ -258,7 +266,9 @@ async def follow(ws_base: str, sid: str, http, sessions: list[Session], ready) -
                 raw = await ws.get_message()
             except ConnectionClosed:
                 return
-            # a cheap look first: only the turn's end matters here
+            # a cheap look first: only the turn's first delta and its end matter here
+            if session.first is None and session.done is not None and '"response.output_text.delta"' in raw:
+                session.first = trio.current_time() - session.posted
             if '"response.completed"' in raw or '"response.failed"' in raw:
                 kind = json.loads(raw).get("type")
                 if kind in ("response.completed", "response.failed") and session.done is not None:
@@ -273,6 +283,7 @@ async def turn(session: Session) -> float:
 
     done = session.done = trio.Event()  # follow() clears session.done when it sets it
     session.turns += 1
+    session.first = None
     session.posted = trio.current_time()
     r = await session.http.post(f"/v1/sessions/{session.id}/events",
                         json={"type": "message", "data": {"role": "user",
@@ -316,7 +327,12 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
             await turn(lone_session())
         profiler.start("lone")
         cpu0, t0 = tree_cpu(server_pid), time.perf_counter()
-        results["lone"] = [await turn(lone_session()) for _ in range(args.lone)]
+        results["lone"], results["lone_first"] = [], []
+        for _ in range(args.lone):
+            s = lone_session()
+            results["lone"].append(await turn(s))
+            if s.first is not None:
+                results["lone_first"].append(s.first)
         profiler.stop()
         cpu1 = tree_cpu(server_pid)
         results["lone_cpu"] = cpu_delta(cpu0, cpu1) / args.lone
@@ -468,6 +484,12 @@ def main() -> None:
           f"runners {(closed_cpu - closed_server) * 1000:.1f}) |")
     print(f"| lone session: added latency p50 / p99 | +{(pct(lone, .5) - floor_lat) * 1000:.1f} / "
           f"+{(pct(lone, .99) - floor_lat) * 1000:.1f} ms | {pct(lone, .5) * 1000:.1f} / {pct(lone, .99) * 1000:.1f} ms |")
+    if results["lone_first"] and floor_before["first"]:
+        first, floor_first = results["lone_first"], statistics.median(floor_before["first"] + floor_after["first"])
+        print(f"| lone session: added time to the first text delta on the stream, p50 / p99 | "
+              f"+{(pct(first, .5) - floor_first) * 1000:.1f} / +{(pct(first, .99) - floor_first) * 1000:.1f} ms | "
+              f"{pct(first, .5) * 1000:.1f} / {pct(first, .99) * 1000:.1f} ms (the floor's "
+              f"{floor_first * 1000:.1f} ms) |")
     print(f"| {args.sessions} sessions paced at {args.rate:.0f} turns/s ({len(paced)} turns): added p50 / p99 | "
           f"+{(pct(paced, .5) - floor_lat) * 1000:.1f} / +{(pct(paced, .99) - floor_lat) * 1000:.1f} ms | "
           f"{pct(paced, .5) * 1000:.1f} / {pct(paced, .99) * 1000:.1f} ms |")
