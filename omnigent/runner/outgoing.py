@@ -16,8 +16,8 @@ What it guarantees:
   so the first token of a lone answer waits for nothing. Deltas that come faster wait
   at most until `DELTA_WINDOW` after the last batch, each turn's merged: at most ~50
   delta frames a second per turn the runner streams, however fast its models are,
-  and as many turns' deltas as came meanwhile in each batch. The server holds deltas
-  for up to 20 ms anyway (its hub's batch interval), so watchers see the same rhythm.
+  and as many turns' deltas as came meanwhile in each batch. The server's hub writes
+  deltas to the same rule (server/hub.py), so watchers see the same rhythm.
 - A merged delta stops at `MAX_MERGED` characters, so its frame stays cheap to encode here.
 - Nothing taken from the outbox is lost when the send loop is cancelled (a dropped
   link): what a cancelled call collected is handed out by the next one.

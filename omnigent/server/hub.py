@@ -158,7 +158,9 @@ class EventHub(FollowingMixin):
 
     def publish_soon(self, session_id: str, type_: str, **fields: Any) -> dict[str, Any]:
         """`publish`, batched as text deltas are: stored (then published) with the next event
-        written, or by `run()` at most `batch_interval` after the first one buffered.
+        written, or by `run()`: with a text delta among them at once, unless run() wrote
+        less than `batch_interval` ago (then `batch_interval` after that write); without one,
+        `batch_interval` after they began.
 
         For an event with no store change of its own that something else follows at once (an
         item the runner relays just before its step's end): it costs no transaction of its own."""
