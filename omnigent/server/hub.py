@@ -115,7 +115,6 @@ class EventHub(FollowingMixin):
         self.batch_interval = batch_interval
         self._batching = False  # run() is flushing deltas
         self._pending: list[tuple[str, dict[str, Any]]] = []
-        self._pending_delta = False  # a text delta is among the buffered events
         self._pending_wake = trio.Event()
         self._written_at = -math.inf  # when run() last wrote buffered events (trio's clock)
 
@@ -168,7 +167,6 @@ class EventHub(FollowingMixin):
         event.setdefault("session_id", session_id)
         if self._batching and self.store is not None:
             self._pending.append((session_id, event))
-            self._pending_delta = self._pending_delta or type_ == events.TEXT_DELTA
             self._pending_wake.set()
             return event
         self._store(session_id, [event])
@@ -217,7 +215,6 @@ class EventHub(FollowingMixin):
         if not self._pending:
             return by_session
         pending, self._pending = self._pending, []
-        self._pending_delta = False
         self._pending_wake = trio.Event()
         for session_id, event in pending:
             by_session.setdefault(session_id, []).append(event)
@@ -322,7 +319,8 @@ class EventHub(FollowingMixin):
                     nursery.start_soon(checkpoint.run)
                 while True:
                     await self._pending_wake.wait()
-                    if self._pending_delta:  # text for watchers: at once, unless written lately
+                    if any(event["type"] == events.TEXT_DELTA for _, event in self._pending):
+                        # text for watchers: at once, unless written lately
                         await trio.sleep_until(self._written_at + self.batch_interval)
                     else:  # relayed items alone: what follows them at once takes them along
                         await trio.sleep(self.batch_interval)
