@@ -29,9 +29,15 @@ Prints figures; asserts nothing.
 
 Usage: python scripts/bench_sessions.py [--delay-ms 50] [--lone 100] [--sessions 100]
        [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4] [--profile DIR] [--stream-words N]
+       [--timeline]
 
 `--stream-words N`: every answer streams N words, one text delta each, as a model streams
 tokens (the mock's default answer has no deltas, so the figures above leave them out).
+
+`--timeline`: the server and runners mark each turn's path (`OMNIGENT_TIMELINE`); prints the
+median of each segment of a lone turn (post, store, dispatch, link, runner, model, answer, end,
+delivery). The marks cost a few file writes per turn: the other figures of such a run are a little
+higher.
 
 `--profile DIR` samples the server and runners with py-spy over the lone and closed-loop phases
 (it costs CPU: the figures of a profiled run are not the figures to report).
@@ -56,6 +62,19 @@ REPO = Path(__file__).resolve().parents[1]
 AGENT = REPO / "examples" / "hello.yaml"
 TICK = os.sysconf("SC_CLK_TCK")
 MAX_TURNS = 20  # per session of the lone phase (histories of at most 40 items)
+# a lone turn's path, in order (`--timeline`): "posted" and "seen" are this script's, the rest the
+# marks the server and runner make (`omnigent.config.timeline.mark`, "turn.<point>:<turn id>")
+TURN_POINTS = [
+    ("posted", "the HTTP post, the message and its event stored"),
+    ("stored", "claim, attempt start, history: the TurnStart handed to the link"),
+    ("dispatched", "x"), ("xsend", "y"), ("xsent", "z"),
+    ("received", "the runner: the step's set-up up to the model call"),
+    ("model_call", "the model call: request -> its stream read to the end"),
+    ("model_done", "the answer over the link"),
+    ("answered", "the end transaction: step, turn, usage, events"),
+    ("ended", "delivery of `response.completed` to the watcher"),
+    ("seen", ""),
+]
 
 
 # --- processes and their CPU ---------------------------------------------------------
@@ -215,6 +234,7 @@ class Session:
         self.posted = 0.0
         self.first: float | None = None  # post -> the turn's first text delta on the stream
         self.turns = 0
+        self.last: tuple[str, float, float] | None = None  # turn id, posted, done (time.monotonic)
 
 
 async def open_sessions(url: str, n: int, nursery, http, clients) -> list[Session]:
@@ -273,6 +293,7 @@ async def follow(ws_base: str, sid: str, http, sessions: list[Session], ready) -
                 kind = json.loads(raw).get("type")
                 if kind in ("response.completed", "response.failed") and session.done is not None:
                     session.latency = trio.current_time() - session.posted
+                    session.done_mono = time.monotonic()
                     session.failed = kind == "response.failed"
                     done, session.done = session.done, None
                     done.set()
@@ -285,6 +306,7 @@ async def turn(session: Session) -> float:
     session.turns += 1
     session.first = None
     session.posted = trio.current_time()
+    posted_mono = time.monotonic()  # CLOCK_MONOTONIC, as the processes' timeline marks
     r = await session.http.post(f"/v1/sessions/{session.id}/events",
                         json={"type": "message", "data": {"role": "user",
                                                           "content": [{"type": "input_text", "text": "Say hi"}]}})
@@ -293,6 +315,7 @@ async def turn(session: Session) -> float:
     await done.wait()
     if getattr(session, "failed", False):
         raise SystemExit("a turn failed")
+    session.last = (r.json()["turn_id"], posted_mono, session.done_mono)
     return session.latency
 
 
@@ -327,10 +350,11 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
             await turn(lone_session())
         profiler.start("lone")
         cpu0, t0 = tree_cpu(server_pid), time.perf_counter()
-        results["lone"], results["lone_first"] = [], []
+        results["lone"], results["lone_first"], results["lone_ends"] = [], [], []
         for _ in range(args.lone):
             s = lone_session()
             results["lone"].append(await turn(s))
+            results["lone_ends"].append(s.last)
             if s.first is not None:
                 results["lone_first"].append(s.first)
         profiler.stop()
@@ -395,6 +419,36 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: float) -> list[str]:
+    """Median time of each segment of a lone turn's path (TURN_POINTS), from the processes' marks."""
+    marks: dict[str, dict[str, float]] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        point, _, turn_id = name.partition(":")
+        if point.startswith("turn.") and turn_id:
+            marks.setdefault(turn_id, {}).setdefault(point[5:], float(rest.split()[0]))  # a turn's first
+    rows = []
+    for turn_id, posted, seen in ends:
+        points = {**marks.get(turn_id, {}), "posted": posted, "seen": seen}
+        if all(name in points for name, _ in TURN_POINTS):
+            rows.append(points)
+    if not rows:
+        return []
+    out = [f"where a lone turn's time goes ({len(rows)} turns; medians, ms; the marks cost a little):"]
+    for (a, what), (b, _) in zip(TURN_POINTS, TURN_POINTS[1:]):
+        spans = [r[b] - r[a] for r in rows]
+        extra = (f" (the floor's whole call: {floor_lat * 1000:.1f})" if a == "model_call" else "")
+        out.append(f"  {a:>10} -> {b:<10} {statistics.median(spans) * 1000:6.2f}  p90 {pct(spans, .9) * 1000:6.2f}"
+                   f"  {what}{extra}")
+    total = [r["seen"] - r["posted"] for r in rows]
+    out.append(f"  {'posted':>10} -> {'seen':<10} {statistics.median(total) * 1000:6.2f}")
+    return out
+
+
 def stall_report(path: Path, start: float) -> list[str]:
     if not path.exists():
         return []
@@ -421,6 +475,8 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=4)
     parser.add_argument("--floor-calls", type=int, default=100)
     parser.add_argument("--profile", metavar="DIR", help="py-spy samples of the server and runners per phase")
+    parser.add_argument("--timeline", action="store_true",
+                        help="the server and runners mark each turn's path (OMNIGENT_TIMELINE): print its segments")
     parser.add_argument("--stream-words", type=int, default=0, metavar="N",
                         help="every answer (the floor's too) streams N words, one text delta each")
     args = parser.parse_args()
@@ -440,12 +496,17 @@ def main() -> None:
             stalls = Path(tmp) / "stalls"
             env = {**os.environ, "HOME": tmp, "OPENAI_BASE_URL": f"{mock_url}/v1", "OPENAI_API_KEY": "mock",
                    "OMNIGENT_STALLS": str(stalls)}
+            timeline = Path(tmp) / "timeline"
+            if args.timeline:
+                env["OMNIGENT_TIMELINE"] = str(timeline)
             floor_before = floor(mock_url, args.floor_calls)
             server, url = start_server(env, Path(tmp) / "data", args.runners)
             started = time.monotonic()
             results = trio.run(load, url, server.pid, mock.pid, args)
             floor_after = floor(mock_url, args.floor_calls)
             stall_lines = stall_report(stalls, started)
+            timeline_lines = turn_timeline(timeline, results["lone_ends"], statistics.median(
+                floor_before["latency"] + floor_after["latency"])) if args.timeline else []
             names = {}
             for pid in results["shares"]:
                 try:
@@ -506,6 +567,9 @@ def main() -> None:
         print("server stalls over the run (OMNIGENT_STALLS):")
         for line in stall_lines:
             print(f"  {line}")
+    if timeline_lines:
+        print()
+        print("\n".join(timeline_lines))
 
 
 if __name__ == "__main__":

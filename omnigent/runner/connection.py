@@ -199,6 +199,7 @@ class ConnectionMixin(RunnerState):
                 except ConnectionClosed as exc:
                     return self._closed(exc, "")
             elif isinstance(frame, (TurnStart, ToolStart)):
+                mark(f"turn.received:{frame.turn_id}")
                 self._turns.start(frame)
             elif isinstance(frame, Cancel):
                 self._turns.cancel(frame.turn_id)

@@ -117,6 +117,7 @@ async def execute(
             ev.MODEL_RETRY, turn_id=turn.turn_id, error=step.reason, attempt=step.attempt,
             attempts=step.attempts, delay=step.delay)))
 
+    mark(f"turn.model_call:{turn.turn_id}")
     try:
         return await retry.call_with_retries(
             lambda: harness(client, turn, relay), policy, classify=transient,
@@ -125,6 +126,8 @@ async def execute(
         return TurnFailed(turn.turn_id, "model_error", one_line(f"{describe_error(exc.error)} ({exc.note})"))
     except (openai.OpenAIError, httpx2.HTTPError, EmptyStream) as exc:
         return TurnFailed(turn.turn_id, "model_error", describe_error(exc))
+    finally:
+        mark(f"turn.model_done:{turn.turn_id}")  # the model's stream read to its end (or failed)
 
 
 def transient(exc: BaseException) -> retry.Transient | None:

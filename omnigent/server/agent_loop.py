@@ -49,6 +49,7 @@ import protocol as p
 from protocol import events as ev
 from protocol.history import HISTORY_CACHE, ZERO
 
+from ..config.timeline import mark
 from ..store import Store
 from .approval_waits import SIDE_EFFECTING, ToolGate
 from .histories import Built, Histories, SentHistory, sent_base
@@ -219,6 +220,7 @@ class AgentLoop(ToolStepsMixin):
             conn.histories[t.session_id] = SentHistory(t.generation, len(built.items),
                                                        built.links[-1] if built.links else ZERO,
                                                        built.settled, built.epoch)
+        mark(f"turn.dispatched:{t.turn_id}")
         try:
             await conn.send(frame)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -254,7 +256,9 @@ class AgentLoop(ToolStepsMixin):
             return "failed"
         calls = [item for item in frame.output if item.get("type") == "function_call"]
         if not calls:
+            mark(f"turn.answered:{t.turn_id}")
             self._complete(t, frame, n)
+            mark(f"turn.ended:{t.turn_id}")
             return "completed"
         with self.hub.transaction(t.session_id) as tx:  # the step's output before any of its tools runs
             if self.store.finish_model_step(t.session_id, t.turn_id, n, frame.output, frame.response_id,

@@ -20,6 +20,7 @@ from quart import request
 
 from protocol import events as ev
 
+from ..config.timeline import mark
 from ..config.tuning import Tuning, tuning_from_env
 from ..store.errors import NotFoundError
 from . import approvals, bodies, files
@@ -56,6 +57,7 @@ def register(app: Any, state: ServerState) -> None:
             item, turn = store.queue_message(session_id, {"type": "message", "role": "user", "content": content},
                                              approval_timeout=timeout)
             tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+        mark(f"turn.stored:{turn['id']}")
         state.turns.submit(session_id)
         return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202
 
