@@ -191,19 +191,20 @@ class EventHub(FollowingMixin):
             return
         buffered = self._take_buffered()  # written first, in this same transaction: order kept
         log_ = self._log(session_id)
+        texts: list[str] | None = None
         try:
             with self.store.event_transaction():
-                self._append_buffered(buffered)
+                buffered_texts = self._append_buffered(buffered)
                 yield tx
                 if tx.events:
-                    self.store.append_events(session_id, tx.events, at_least=log_.last_seq,
-                                             keep_turns=self.delta_turns)
+                    texts = self.store.append_events(session_id, tx.events, at_least=log_.last_seq,
+                                                     keep_turns=self.delta_turns)
         except BaseException:  # nothing of the block is stored: the buffered events go on their own
             _unnumber(buffered)
             self._write_buffered(buffered)
             raise
-        self._deliver_buffered(buffered)
-        self._deliver(session_id, tx.events)
+        self._deliver_buffered(buffered, buffered_texts)
+        self._deliver(session_id, tx.events, texts)
 
     def flush(self) -> None:
         """Write the buffered events (one transaction for all sessions), then publish them."""
@@ -220,54 +221,65 @@ class EventHub(FollowingMixin):
             by_session.setdefault(session_id, []).append(event)
         return by_session
 
-    def _append_buffered(self, buffered: dict[str, list[dict[str, Any]]]) -> None:
-        # inside an event transaction
-        for session_id, batch in buffered.items():
-            self.store.append_events(session_id, batch,  # type: ignore[union-attr]
-                                     at_least=self._log(session_id).last_seq)
+    def _append_buffered(self, buffered: dict[str, list[dict[str, Any]]]) -> dict[str, list[str]]:
+        """Store the buffered events (inside an event transaction); their stored texts by session."""
+        return {session_id: self.store.append_events(session_id, batch,  # type: ignore[union-attr]
+                                                     at_least=self._log(session_id).last_seq)
+                for session_id, batch in buffered.items()}
 
-    def _deliver_buffered(self, buffered: dict[str, list[dict[str, Any]]]) -> None:
+    def _deliver_buffered(self, buffered: dict[str, list[dict[str, Any]]],
+                          texts: dict[str, list[str]] | None = None) -> None:
         for session_id, batch in buffered.items():
-            self._deliver(session_id, batch)
+            self._deliver(session_id, batch, texts.get(session_id) if texts else None)
 
     def _write_buffered(self, buffered: dict[str, list[dict[str, Any]]]) -> None:
         if not buffered:
             return
+        texts = None
         try:
             with self.store.event_transaction():  # type: ignore[union-attr]
-                self._append_buffered(buffered)
+                texts = self._append_buffered(buffered)
         except sqlite3.Error as exc:
             log.error("cannot store %d buffered events: %s", sum(map(len, buffered.values())), exc)
             _unnumber(buffered)
-        self._deliver_buffered(buffered)
+        self._deliver_buffered(buffered, texts)
 
     def _store(self, session_id: str, batch: list[dict[str, Any]]) -> None:
         """Store `batch` (after the buffered events, in the same transaction), then publish them all."""
         buffered = self._take_buffered()
+        buffered_texts = texts = None
         if self.store is not None:
             log_ = self._log(session_id)
             try:
                 with self.store.event_transaction():
-                    self._append_buffered(buffered)
-                    self.store.append_events(session_id, batch, at_least=log_.last_seq,
-                                             keep_turns=self.delta_turns)
+                    buffered_texts = self._append_buffered(buffered)
+                    texts = self.store.append_events(session_id, batch, at_least=log_.last_seq,
+                                                     keep_turns=self.delta_turns)
             except sqlite3.Error as exc:  # watchers still hear it; it is not replayable
                 log.error("cannot store event %s of %s: %s", batch[0]["type"], session_id, exc)
+                buffered_texts = texts = None
                 _unnumber(buffered)
                 _unnumber({session_id: batch})
-        self._deliver_buffered(buffered)
-        self._deliver(session_id, batch)
+        self._deliver_buffered(buffered, buffered_texts)
+        self._deliver(session_id, batch, texts)
 
-    def _deliver(self, session_id: str, batch: list[dict[str, Any]]) -> None:
+    def _deliver(self, session_id: str, batch: list[dict[str, Any]], texts: list[str] | None = None) -> None:
+        """Append `batch` to the session's memory log and wake its followers.
+
+        `texts`: the JSON the store wrote for each event (`append_events`), which is what
+        `event_json` would encode for the log's copy: nothing changed the events since."""
         if not batch:
             return
         log_ = self._log(session_id)
         held = len(log_.entries)
-        for event in batch:
+        for i, event in enumerate(batch):
             if "sequence_number" not in event:  # no store, or it failed: numbered here
                 event["sequence_number"] = log_.last_seq + 1
             log_.last_seq = max(log_.last_seq, event["sequence_number"])
-            log_.entries.append(_Kept(event))
+            kept = _Kept(event)
+            if texts is not None:
+                kept.json = texts[i]
+            log_.entries.append(kept)
         self._kept += len(log_.entries) - held
         self._recent.pop(session_id, None)
         self._recent[session_id] = None

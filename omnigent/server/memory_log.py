@@ -10,7 +10,8 @@ What it guarantees:
   `last_seq` is the newest number this process knows of, stored or not.
 - Each kept event is the log's own copy (`_Kept`), which nothing changes
   after delivery, so its JSON text (`event_json`) is encoded once however
-  many watchers send it.
+  many watchers send it: the text the store wrote when it has one
+  (`EventHub._deliver`), else on a watcher's first ask.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class _Log:
 
 class _Kept(dict):  # type: ignore[type-arg]
     """An event as the memory log keeps it: a copy made at delivery, with its JSON text
-    once a watcher has asked for it (`event_json`)."""
+    (the stored one, or encoded once a watcher has asked for it: `event_json`)."""
 
     __slots__ = ("json",)
     json: str

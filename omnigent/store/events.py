@@ -84,13 +84,16 @@ class EventsMixin(Tables):
     # --- writing ---------------------------------------------------------------
 
     def append_events(self, conv_id: str, events: list[dict[str, Any]], *, at_least: int = 0,
-                      keep_turns: int | None = None) -> list[dict[str, Any]]:
+                      keep_turns: int | None = None) -> list[str]:
         """Number and store `events` (dicts, updated in place with `sequence_number`).
 
         Must run inside `event_transaction()` (or opens its own). `at_least`
         is the caller's last known number (an event kept only in memory when
         the disk failed must not be numbered twice). An event that ends a
         turn compacts older turns' deltas when `keep_turns` is given.
+
+        Returns the JSON text stored for each event, in order: the hub sends
+        watchers that same text rather than encoding each event again.
         """
         if not self._event_tx:
             with self.event_transaction():
@@ -98,13 +101,14 @@ class EventsMixin(Tables):
         known = self._tx_seqs.get(conv_id) if self._tx_seqs is not None else None
         seq = max(self._last_seq_locked(conv_id) if known is None else known, at_least)
         now = self._clock()
-        rows = []
+        rows, texts = [], []
         for event in events:
             seq += 1
             event["sequence_number"] = seq
             turn_id = event.get("turn_id")
-            rows.append((conv_id, seq, event["type"], json.dumps(event), now,
-                         turn_id if isinstance(turn_id, str) else None))
+            text = json.dumps(event)
+            texts.append(text)
+            rows.append((conv_id, seq, event["type"], text, now, turn_id if isinstance(turn_id, str) else None))
         self.conn.executemany(
             "INSERT INTO session_events (conversation_id, seq, type, data, created_at, turn_id) "
             "VALUES (?, ?, ?, ?, ?, ?)", rows)
@@ -114,7 +118,7 @@ class EventsMixin(Tables):
             ending = {e["turn_id"] for e in events if e["type"] in _TURN_ENDS and isinstance(e.get("turn_id"), str)}
             if ending:
                 self._compact_recent_locked(conv_id, keep_turns, ending)
-        return events
+        return texts
 
     def compact_events(self, conv_id: str, keep_turns: int) -> int:
         """Drop the deltas of every ended turn with `keep_turns` newer turns; returns how many went.

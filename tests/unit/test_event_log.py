@@ -143,6 +143,32 @@ async def test_an_event_commits_with_its_state_change_or_not_at_all(store):
     assert len(store.read_events(sid, 0)) == 1 and hub.last_seq(sid) == 1  # ... nor its event
 
 
+async def test_watchers_are_sent_the_text_the_store_wrote_encoded_once(store, monkeypatch, autojump_clock):
+    import json
+
+    from omnigent.server import memory_log
+
+    hub = EventHub(store)
+    sid = new_session(store)
+    dumped: list = []
+    real_dumps = json.dumps
+    monkeypatch.setattr(memory_log.json, "dumps", lambda obj, **kw: dumped.append(obj) or real_dumps(obj, **kw))
+    async with trio.open_nursery() as n:
+        n.start_soon(hub.run)
+        with hub.transaction(sid) as tx:  # an event of a transaction
+            tx.publish(ev.SESSION_STATUS, status="running")
+        hub.publish(sid, ev.SESSION_STATUS, status="idle")  # one of its own
+        hub.publish(sid, ev.TEXT_DELTA, turn_id="turn_1", delta="d")  # a buffered one
+        await trio.sleep(1)
+        texts = [memory_log.event_json(e) for e in hub._log(sid).entries]
+        n.cancel_scope.cancel()
+    stored = store.conn.execute("SELECT data FROM session_events WHERE conversation_id = ? ORDER BY seq",
+                                [sid]).fetchall()
+    assert texts == [row[0] for row in stored] and len(texts) == 3
+    assert [json.loads(t)["sequence_number"] for t in texts] == [1, 2, 3]
+    assert len(dumped) == 3  # one encoding per event: the store's (json is one module, counted for both)
+
+
 async def test_a_failing_disk_does_not_stop_the_stream(store, monkeypatch):
     hub = EventHub(store)
     sid = new_session(store)
