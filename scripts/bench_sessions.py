@@ -67,7 +67,8 @@ MAX_TURNS = 20  # per session of the lone phase (histories of at most 40 items)
 TURN_POINTS = [
     ("posted", "the HTTP post, the message and its event stored"),
     ("stored", "claim, attempt start, history: the TurnStart handed to the link"),
-    ("dispatched", "x"), ("xsend", "y"), ("xsent", "z"),
+    ("dispatched", "the link's writer: its turn to write (after what it was writing)"),
+    ("written", "the TurnStart across the websocket to the runner"),
     ("received", "the runner: the step's set-up up to the model call"),
     ("model_call", "the model call: request -> its stream read to the end"),
     ("model_done", "the answer over the link"),
@@ -437,7 +438,8 @@ def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: f
         if all(name in points for name, _ in TURN_POINTS):
             rows.append(points)
     if not rows:
-        return []
+        have = sorted({point for points in marks.values() for point in points})
+        return [f"no lone turn has every point of TURN_POINTS (marks seen: {', '.join(have) or 'none'})"]
     out = [f"where a lone turn's time goes ({len(rows)} turns; medians, ms; the marks cost a little):"]
     for (a, what), (b, _) in zip(TURN_POINTS, TURN_POINTS[1:]):
         spans = [r[b] - r[a] for r in rows]
