@@ -44,13 +44,17 @@ class Claims:
         """Another live process's turn runs on this conversation now: do not touch its binding."""
         return self.store.claimed_elsewhere(session_id, self.owner)
 
-    async def acquire(self, session_id: str, turn_id: str) -> None:
-        """Wait until this turn service holds the conversation's claim (cancellable: nothing held yet)."""
+    async def acquire(self, session_id: str, turn_id: str, on_wait: Callable[[], None] | None = None) -> None:
+        """Wait until this turn service holds the conversation's claim (cancellable: nothing held yet).
+
+        `on_wait` is called once, if it has to wait (it must not block)."""
         waited = False
         while not self.store.claim_conversation(session_id, self.owner, turn_id=turn_id, lease=LEASE):
             if not waited:
                 log.info("turn %s waits for another process's turn on %s", turn_id, session_id)
                 waited = True
+                if on_wait is not None:
+                    on_wait()
             await trio.sleep(POLL_EVERY)
 
     @asynccontextmanager

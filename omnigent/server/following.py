@@ -10,7 +10,8 @@ What it guarantees:
   holes another process's events leave in it) from the store, a page of
   `_PAGE` at a time.
 - It waits on the session's trio.Event, so a slow client costs no buffer and
-  never blocks the server.
+  never blocks the server; while the session's turn is being dispatched
+  (`EventHub.hold`) it waits for that too, `HOLD_MAX` at most.
 - A cursor the log cannot serve whole (before the log existed, compacted, or
   above the newest number) gets one `session.resync` with a snapshot first:
   never silence, never a hole.
@@ -81,6 +82,8 @@ class FollowingMixin:
             cursor = resync["sequence_number"]
             yield [resync]
         while not self._closed.is_set() and not log_.ended:
+            if log_.hold is not None:  # the session's turn is being dispatched (EventHub.hold)
+                await _held_back(log_)
             changed = log_.changed
             batch = [e for e in self._next(session_id, log_, cursor) if e["sequence_number"] > cursor]
             if batch:
@@ -151,6 +154,18 @@ class FollowingMixin:
         if index is not None:
             return [entries[index]]  # the hole is not stored anywhere (a failed write)
         return []
+
+
+async def _held_back(log_: _Log) -> None:
+    """Wait out the log's hold: until it is released, or its deadline (then it is lifted for all)."""
+    hold = log_.hold
+    assert hold is not None
+    released, until = hold
+    with trio.move_on_at(until):
+        await released.wait()
+    if log_.hold is hold:  # expired unreleased: nobody waits on it again
+        log_.hold = None
+        released.set()
 
 
 def _index_after(entries: deque[dict[str, Any]], cursor: int) -> int | None:

@@ -65,6 +65,7 @@ log = logging.getLogger("omnigent.server.hub")
 
 BATCH_INTERVAL = 0.02   # deltas reach the store (and watchers) at most this late
 HEARTBEAT_EVERY = 15.0  # seconds of silence before a `session.heartbeat`
+HOLD_MAX = 0.02         # the longest a turn's dispatch holds its session's watchers back (`hold`)
 DELTA_TURNS = 50        # ended turns whose deltas are kept (OMNIGENT_EVENT_DELTA_TURNS)
 # events kept in memory across every session's log (~700 B each: ~70 MB, by
 # scripts/bench_hub_memory.py), beyond which the logs of the sessions least recently
@@ -143,6 +144,30 @@ class EventHub(FollowingMixin):
         log_ = self._log(session_id)
         self._refresh(session_id, log_)
         return log_.last_seq
+
+    # --- holding the followers back while a turn is dispatched ---------------------
+
+    def hold(self, session_id: str) -> None:
+        """Hold this session's followers back while its turn is dispatched, until `release`.
+
+        Why: on one event loop, the watchers' writes of the turn's first events
+        (input consumed, running, created: ~0.3 ms of CPU each) interleave with
+        the dispatch and the TurnStart's write, and the runner gets its step
+        later by as much. Held, the followers read those events (none is lost:
+        they are logged as ever) once the runner has its step. A dispatch that
+        starts to wait (for a runner, for another process's claim) releases
+        them; anything else holds them back `HOLD_MAX` at most. A hold already
+        in place is kept as it is."""
+        log_ = self._log(session_id)
+        if log_.hold is None:
+            log_.hold = (trio.Event(), trio.current_time() + HOLD_MAX)
+
+    def release(self, session_id: str) -> None:
+        """The dispatch is done (or gave up): the session's followers go on. Idempotent."""
+        log_ = self._logs.get(session_id)
+        if log_ is not None and log_.hold is not None:
+            log_.hold[0].set()
+            log_.hold = None
 
     # --- publishing ------------------------------------------------------------
 

@@ -30,6 +30,8 @@ class _Log:
     last_seq: int = 0
     changed: trio.Event = field(default_factory=trio.Event)
     ended: bool = False  # the session was deleted: its followers stop
+    # while the session's turn is being dispatched (`EventHub.hold`): released, and until when at most
+    hold: tuple[trio.Event, float] | None = None
 
 
 class _Kept(dict):  # type: ignore[type-arg]

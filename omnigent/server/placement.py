@@ -176,6 +176,7 @@ class Placement:
                 continue  # someone else rebound it: re-read
             if self.registry.gave_up:
                 raise NoRunner(f"runners cannot stay up: {self.registry.gave_up}")
+            self.hub.release(session_id)  # the dispatch waits for a runner: its watchers need not (hub.hold)
             await self.registry.wait_changed()
 
 

@@ -34,6 +34,7 @@ or published.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -97,7 +98,7 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport,
         await transport.send(p.encode(p.HelloAck(ping_interval=state.ping_interval)))
         async with trio.open_nursery() as n:
             n.start_soon(_close_on_shutdown, state, transport, n)
-            n.start_soon(_send_frames, transport, outgoing, n)
+            n.start_soon(_send_frames, transport, outgoing, n, state.hub.release)
             n.start_soon(_ping, state, conn, n, ended)
             n.start_soon(_receive_frames, conn, transport, n, ended, draining)
     finally:
@@ -184,9 +185,13 @@ async def _receive_frames(conn: RunnerConn, transport: Transport, n: trio.Nurser
     n.cancel_scope.cancel()
 
 
-async def _send_frames(transport: Transport, outgoing: trio.MemoryReceiveChannel[p.Frame], n: trio.Nursery) -> None:
+async def _send_frames(transport: Transport, outgoing: trio.MemoryReceiveChannel[p.Frame], n: trio.Nursery,
+                       written: Callable[[str], None]) -> None:
     async for frame in outgoing:
         await transport.send(p.encode(frame))
+        if isinstance(frame, p.TurnStart):
+            mark(f"turn.written:{frame.turn_id}")
+            written(frame.session_id)  # the runner has its step: the session's watchers go on (hub.hold)
     # the registry closed the outbox: it dropped this runner (the host saw its process exit)
     n.cancel_scope.cancel()
 

@@ -121,6 +121,8 @@ class TurnService(TakeoversMixin):
         queue again after each turn)."""
         if session_id not in self._serving:
             self._serving.add(session_id)
+            # its watchers read the turn's first events once the runner has the step (hub.hold)
+            self.hub.hold(session_id)
             self._nursery.start_soon(self._session_worker, session_id, name=f"turns:{session_id}")
 
     async def end_session(self, session_id: str) -> None:
@@ -205,6 +207,7 @@ class TurnService(TakeoversMixin):
                     raise
                 log.info("session %s was deleted: its turns stop", session_id)
             finally:
+                self.hub.release(session_id)  # whatever became of the dispatch
                 del self._workers[session_id]
                 self._serving.discard(session_id)
                 self._retrying.discard(session_id)
@@ -220,7 +223,9 @@ class TurnService(TakeoversMixin):
                 # many sessions holds no task (~3.4 KB each) for each idle one.
                 return
             try:
-                if not await self._wait(session_id, self.claims.acquire(session_id, turn["id"])):
+                # a claim held elsewhere: the wait may be long, the watchers need not wait with it
+                claimed = self.claims.acquire(session_id, turn["id"], on_wait=partial(self.hub.release, session_id))
+                if not await self._wait(session_id, claimed):
                     self._cancelled(session_id, turn["id"])
                     continue
                 # history is read only inside the claim: it has the answer this turn waited for

@@ -168,9 +168,9 @@ class _RecordingHub(EventHub):
         super().__init__()
         self._into, self._k = into, incarnation
 
-    def _deliver(self, session_id: str, batch: list[dict[str, Any]]) -> None:
+    def _deliver(self, session_id: str, batch: list[dict[str, Any]], texts: list[str] | None = None) -> None:
         # every event passes here once visible, published alone or in a transaction
-        super()._deliver(session_id, batch)
+        super()._deliver(session_id, batch, texts)
         now = trio.current_time()
         self._into.extend((now, self._k, session_id, event) for event in batch)
 

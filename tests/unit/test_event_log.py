@@ -169,6 +169,57 @@ async def test_watchers_are_sent_the_text_the_store_wrote_encoded_once(store, mo
     assert len(dumped) == 3  # one encoding per event: the store's (json is one module, counted for both)
 
 
+async def test_a_held_sessions_followers_read_its_events_once_released_and_no_other_waits(store, autojump_clock):
+    hub = EventHub(store)
+    held, other = new_session(store), new_session(store)
+    seen_held: list = []
+    seen_other: list = []
+    async with trio.open_nursery() as n:
+        n.start_soon(collect, hub, held, None, seen_held)
+        n.start_soon(collect, hub, other, None, seen_other)
+        await trio.testing.wait_all_tasks_blocked()
+        hub.hold(held)  # its turn is being dispatched
+        hub.publish(held, ev.INPUT_CONSUMED, item={"id": "msg_1"}, turn_id="turn_1")
+        hub.publish(held, ev.SESSION_STATUS, status="running")
+        hub.publish(other, ev.SESSION_STATUS, status="running")
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen_held == [] and [e["status"] for e in seen_other] == ["running"]
+        assert hub.last_seq(held) == 2  # logged as ever: only the reading waits
+        hub.release(held)  # the runner has the step
+        await trio.testing.wait_all_tasks_blocked()
+        assert [e["type"] for e in seen_held] == [ev.INPUT_CONSUMED, ev.SESSION_STATUS]
+        hub.release(held)  # idempotent
+        hub.close()
+
+
+async def test_a_hold_never_released_lifts_after_hold_max(store, autojump_clock):
+    from omnigent.server.hub import HOLD_MAX
+
+    hub = EventHub(store)
+    sid = new_session(store)
+    got: list[float] = []
+
+    async def follower() -> None:
+        async for _ in hub.follow(sid):
+            got.append(trio.current_time())
+
+    async with trio.open_nursery() as n:
+        n.start_soon(follower)
+        await trio.testing.wait_all_tasks_blocked()
+        start = trio.current_time()
+        hub.hold(sid)  # a dispatch that waits (no runner online, say) and never writes a TurnStart
+        hub.publish(sid, ev.INPUT_CONSUMED, item={"id": "msg_1"}, turn_id="turn_1")
+        hub.hold(sid)  # a hold in place is kept: its deadline does not move
+        await trio.sleep(HOLD_MAX / 2)
+        hub.publish(sid, ev.SESSION_STATUS, status="running")
+        await trio.sleep(HOLD_MAX)
+        assert got == [start + HOLD_MAX] * 2
+        hub.publish(sid, ev.SESSION_STATUS, status="idle")  # the lifted hold holds nothing more
+        await trio.testing.wait_all_tasks_blocked()
+        assert got[-1] == start + HOLD_MAX * 1.5 and len(got) == 3
+        hub.close()
+
+
 async def test_a_failing_disk_does_not_stop_the_stream(store, monkeypatch):
     hub = EventHub(store)
     sid = new_session(store)
