@@ -57,6 +57,7 @@ def test_seeds(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 3,000 seeds: ~0.2 s each on a slow day of the 2-core machine, 600 s in all
 def test_many_seeds() -> None:
     _run(range(DEFAULT_SEEDS, DEFAULT_SEEDS + SLOW_SEEDS))
 
