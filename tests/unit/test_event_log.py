@@ -197,26 +197,27 @@ async def test_a_hold_never_released_lifts_after_hold_max(store, autojump_clock)
 
     hub = EventHub(store)
     sid = new_session(store)
-    got: list[float] = []
+    got: dict[str, list[float]] = {"early": [], "late": []}
 
-    async def follower() -> None:
-        async for _ in hub.follow(sid):
-            got.append(trio.current_time())
+    async def follower(name: str, after: int | None) -> None:
+        async for _ in hub.follow(sid, after):
+            got[name].append(trio.current_time())
 
     async with trio.open_nursery() as n:
-        n.start_soon(follower)
+        n.start_soon(follower, "early", None)
         await trio.testing.wait_all_tasks_blocked()
         start = trio.current_time()
         hub.hold(sid)  # a dispatch that waits (no runner online, say) and never writes a TurnStart
         hub.publish(sid, ev.INPUT_CONSUMED, item={"id": "msg_1"}, turn_id="turn_1")
-        hub.hold(sid)  # a hold in place is kept: its deadline does not move
         await trio.sleep(HOLD_MAX / 2)
+        hub.hold(sid)  # a hold in place is kept: its deadline does not move
+        n.start_soon(follower, "late", 0)  # one that starts waiting under the second call
         hub.publish(sid, ev.SESSION_STATUS, status="running")
         await trio.sleep(HOLD_MAX)
-        assert got == [start + HOLD_MAX] * 2
+        assert got == {"early": [start + HOLD_MAX] * 2, "late": [start + HOLD_MAX] * 2}
         hub.publish(sid, ev.SESSION_STATUS, status="idle")  # the lifted hold holds nothing more
         await trio.testing.wait_all_tasks_blocked()
-        assert got[-1] == start + HOLD_MAX * 1.5 and len(got) == 3
+        assert got["early"][-1] == got["late"][-1] == start + HOLD_MAX * 1.5
         hub.close()
 
 
