@@ -11,6 +11,7 @@ from __future__ import annotations
 import trio
 import trio.lowlevel
 
+import protocol as p
 from protocol import events as ev
 from tests.support.fake_runners import answers, open_harness
 
@@ -49,3 +50,38 @@ async def test_an_idle_sessions_worker_ends_and_the_next_message_starts_one(auto
                 await h.settle()
                 assert _worker_tasks() == []
                 assert h.store.get_turn(turn["id"])["status"] == "completed"
+
+
+async def test_a_turns_start_reaches_its_runner_before_the_watchers_read_its_message(autojump_clock, tmp_path):
+    """`TurnService.submit` holds the session's followers (`EventHub.hold`) until the link has
+    written the TurnStart: on 2 cores the dispatch's path is the latency a user waits for, and
+    watchers woken first would run ahead of it. Not later either: no virtual time passes."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
+            await h.online(1)
+            (proc,) = h.processes
+            written: list[str] = []
+            send = proc.transport.send
+
+            async def recording_send(text: str) -> None:
+                written.append(p.decode(text).__class__.__name__)
+                await send(text)
+
+            proc.transport.send = recording_send  # type: ignore[method-assign]
+            sid = h.new_session()
+            await h.settle()  # its watch is following
+            read: list[tuple[float, list[str]]] = []
+
+            async def watcher() -> None:
+                async for event in h.hub.follow(sid, after=0):
+                    if event["type"] == ev.INPUT_CONSUMED:
+                        read.append((trio.current_time(), list(written)))
+                        return
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watcher)
+                await h.settle()
+                turn = h.post(sid, "hi")
+            assert read == [(0, ["TurnStart"])]
+            seen = await h.until_terminal(sid, turn["id"])
+            assert (seen[0].time, seen[0].type) == (0, ev.INPUT_CONSUMED)  # the harness's own watch too
