@@ -4,7 +4,9 @@
 time of a cold `omnigent run -p` went (process start, socket bound, runner
 spawned, hello seen, first token, answer printed, exit), so a regression
 shows which segment grew. Every process of the run (CLI, runners) appends
-`<name> <CLOCK_MONOTONIC seconds> <pid>` lines to the same file.
+`<name> <CLOCK_MONOTONIC seconds> <pid>` lines to the same file. A process
+whose store counts its statements (`count_statement`) adds how many it has
+made so far, so a segment between two of its points says how many it took.
 
 Without the variable `mark` is a no-op, and importing this module costs only
 `os`, which every process has already loaded: it may be imported first thing.
@@ -34,7 +36,28 @@ def mark(name: str) -> None:
         return
     import time
 
-    _append(path, f"{name} {time.monotonic():.6f} {os.getpid()}\n")
+    counted = "" if _statements is None else f" {_statements}"
+    _append(path, f"{name} {time.monotonic():.6f} {os.getpid()}{counted}\n")
+
+
+# SQL statements this process's store has made, once it counts them (`count_statements`)
+_statements: int | None = None
+
+
+def count_statements() -> bool:
+    """Whether the store should count its statements (`count_statement`): a timeline is being taken."""
+    global _statements
+    if not os.environ.get(ENV_VAR):
+        return False
+    _statements = _statements or 0
+    return True
+
+
+def count_statement(sql: str) -> None:
+    """A store connection's trace callback: one more statement (a trigger's own are its statement's part)."""
+    global _statements
+    if not sql.startswith("--") and _statements is not None:
+        _statements += 1
 
 
 def _append(path: str, line: str) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..config import timeline
 from ..config.dirs import DiskError, describe, private_dir, private_file, tighten
 from .errors import StoreError
 from .migrations import MIGRATIONS
@@ -103,6 +104,8 @@ def open_database(path: str | Path, *, clock: Callable[[], float] = time.time) -
         # each one was a temporary file created, written and unlinked, about one per turn.
         conn.execute("PRAGMA temp_store = MEMORY")
         db = sqlite_utils.Database(conn, execute_plugins=False)
+        if timeline.count_statements():  # a benchmark's timeline: each segment's statements
+            conn.set_trace_callback(timeline.count_statement)
         if target != MEMORY:
             _enable_wal(db)
         migrate(db, clock=clock)
