@@ -2,8 +2,9 @@
 
 Everything runs on this machine: the mock LLM (answers each model call after
 `--delay-ms`, 50 ms by default: a model's own time), `omnigent server
---runners 4` and the load generator (this process, trio: one websocket per
-session on `/v1/sessions/{id}/ws`, turns posted over HTTP).
+--runners 4` and the load generator (this process, trio: each session followed
+on its SSE stream, `/v1/sessions/{id}/stream`, as the SDK, the REPL and `attach`
+follow one, or with `--follow ws` on its websocket, `/ws`; turns posted over HTTP).
 
 The per-turn floor: one warm trio process (`--floor-worker`, a child of this
 script) making the same `openai` streaming Responses call to the same mock,
@@ -29,7 +30,7 @@ Prints figures; asserts nothing.
 
 Usage: python scripts/bench_sessions.py [--delay-ms 50] [--lone 100] [--sessions 100]
        [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4] [--profile DIR] [--stream-words N]
-       [--timeline]
+       [--timeline] [--follow sse|ws]
 
 `--stream-words N`: every answer streams N words, one text delta each, as a model streams
 tokens (the mock's default answer has no deltas, so the figures above leave them out).
@@ -238,7 +239,7 @@ class Session:
         self.last: tuple[str, float, float] | None = None  # turn id, posted, done (time.monotonic)
 
 
-async def open_sessions(url: str, n: int, nursery, http, clients) -> list[Session]:
+async def open_sessions(url: str, n: int, nursery, http, clients, how: str = "sse") -> list[Session]:
     """`n` sessions, each followed on its websocket and posted to through a client of its own.
 
     One client per session: httpcore's pool looks at every connection it holds for each
@@ -253,7 +254,6 @@ async def open_sessions(url: str, n: int, nursery, http, clients) -> list[Sessio
     from omnigent.agents import bundle_bytes
 
     bundle = bundle_bytes(AGENT)
-    ws_base = "ws" + url[4:]
     sessions: list[Session] = []
 
     async def one() -> None:
@@ -264,7 +264,7 @@ async def open_sessions(url: str, n: int, nursery, http, clients) -> list[Sessio
         ready = trio.Event()
         own = await clients.enter_async_context(httpx.AsyncClient(
             base_url=url, timeout=60, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)))
-        nursery.start_soon(follow, ws_base, sid, own, sessions, ready)
+        nursery.start_soon(follow, url, sid, sessions, own, ready, how)
         await ready.wait()
 
     async with trio.open_nursery() as opening:
@@ -273,31 +273,52 @@ async def open_sessions(url: str, n: int, nursery, http, clients) -> list[Sessio
     return sessions
 
 
-async def follow(ws_base: str, sid: str, http, sessions: list[Session], ready) -> None:
-    import trio
-    from trio_websocket import ConnectionClosed, open_websocket_url
+async def follow(url: str, sid: str, sessions: list[Session], own, ready, how: str) -> None:
+    """Follow one session's stream: SSE (`/stream`, what the SDK, the REPL and `attach` read) or
+    the websocket (`/ws`); `ready` is set once it is live."""
+    if how == "ws":
+        from trio_websocket import ConnectionClosed, open_websocket_url
 
-    async with open_websocket_url(f"{ws_base}/v1/sessions/{sid}/ws",
-                                  extra_headers=[("Origin", "omnigent://internal")]) as ws:
-        session = Session(sid, ws, http)
-        sessions.append(session)
-        ready.set()
-        while True:
-            try:
-                raw = await ws.get_message()
-            except ConnectionClosed:
-                return
-            # a cheap look first: only the turn's first delta and its end matter here
-            if session.first is None and session.done is not None and '"response.output_text.delta"' in raw:
-                session.first = trio.current_time() - session.posted
-            if '"response.completed"' in raw or '"response.failed"' in raw:
-                kind = json.loads(raw).get("type")
-                if kind in ("response.completed", "response.failed") and session.done is not None:
-                    session.latency = trio.current_time() - session.posted
-                    session.done_mono = time.monotonic()
-                    session.failed = kind == "response.failed"
-                    done, session.done = session.done, None
-                    done.set()
+        async with open_websocket_url(f"ws{url[4:]}/v1/sessions/{sid}/ws",
+                                      extra_headers=[("Origin", "omnigent://internal")]) as ws:
+            session = Session(sid, ws, own)
+            sessions.append(session)
+            ready.set()
+            while True:
+                try:
+                    _seen(session, await ws.get_message())
+                except ConnectionClosed:
+                    return
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, timeout=None) as sse, \
+            sse.stream("GET", f"/v1/sessions/{sid}/stream") as response:
+        response.raise_for_status()
+        session = Session(sid, None, own)
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            if not ready.is_set():  # the greeting: the stream is live from here
+                sessions.append(session)
+                ready.set()
+                continue
+            _seen(session, line[6:])
+
+
+def _seen(session: Session, raw: str) -> None:
+    """One event of the session's stream: a cheap look first (only a turn's first delta and its end matter)."""
+    import trio
+
+    if session.first is None and session.done is not None and '"response.output_text.delta"' in raw:
+        session.first = trio.current_time() - session.posted
+    if '"response.completed"' in raw or '"response.failed"' in raw:
+        kind = json.loads(raw).get("type")
+        if kind in ("response.completed", "response.failed") and session.done is not None:
+            session.latency = trio.current_time() - session.posted
+            session.done_mono = time.monotonic()
+            session.failed = kind == "response.failed"
+            done, session.done = session.done, None
+            done.set()
 
 
 async def turn(session: Session) -> float:
@@ -333,9 +354,10 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         # flat-in-length figures are scripts/bench_history.py's). The lone session is a series of
         # sessions of at most MAX_TURNS turns each; each phase of many sessions has its own.
         # (each also takes one warm-up turn below)
-        lone_sessions = await open_sessions(url, -(-(args.lone + 10) // (MAX_TURNS - 1)), nursery, http, clients)
-        sessions = await open_sessions(url, args.sessions, nursery, http, clients)
-        closed_sessions = await open_sessions(url, args.sessions, nursery, http, clients)
+        lone_sessions = await open_sessions(url, -(-(args.lone + 10) // (MAX_TURNS - 1)), nursery, http, clients,
+                                            args.follow)
+        sessions = await open_sessions(url, args.sessions, nursery, http, clients, args.follow)
+        closed_sessions = await open_sessions(url, args.sessions, nursery, http, clients, args.follow)
         # warm every session (its first turn binds it to a runner)
         async with trio.open_nursery() as warm:
             for s in lone_sessions + sessions + closed_sessions:
@@ -492,6 +514,9 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=4)
     parser.add_argument("--floor-calls", type=int, default=100)
     parser.add_argument("--profile", metavar="DIR", help="py-spy samples of the server and runners per phase")
+    parser.add_argument("--follow", choices=("sse", "ws"), default="sse",
+                        help="how each session's stream is followed: SSE (/stream, as the SDK, the REPL and "
+                             "attach do) or the websocket (/ws)")
     parser.add_argument("--timeline", action="store_true",
                         help="the server and runners mark each turn's path (OMNIGENT_TIMELINE): print its segments")
     parser.add_argument("--stream-words", type=int, default=0, metavar="N",
@@ -543,7 +568,8 @@ def main() -> None:
     lone, paced, closed = results["lone"], results["paced"], results["closed"]
     streamed = f", streaming {args.stream_words} words (a delta each)" if args.stream_words else ""
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; mock answers after "
-          f"{args.delay_ms:.0f} ms{streamed}; server with {args.runners} runners; load generator in this process")
+          f"{args.delay_ms:.0f} ms{streamed}; server with {args.runners} runners; load generator in this process, "
+          f"following each session over {'SSE' if args.follow == 'sse' else 'the websocket'}")
     print(f"per-turn floor (one warm trio process, the same openai streaming call): latency median "
           f"{floor_lat * 1000:.1f} ms (p99 {pct(floor_before['latency'] + floor_after['latency'], 0.99) * 1000:.1f}), "
           f"CPU {floor_cpu * 1000:.2f} ms per call (before/after: {floor_before['cpu'] * 1000:.2f} / "
