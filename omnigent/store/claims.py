@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from . import ids
 from ._base import Tables, _wire_item
+from .errors import NotFoundError
 from .owners import ClaimOwner, owner_alive
 
 
@@ -102,12 +103,15 @@ class ClaimsMixin(Tables):
         if approval_timeout is not None and not approval_timeout >= 0:
             raise ValueError(f"approval_timeout must be >= 0 or None, not {approval_timeout!r}")
         with self._write():
-            self._require_conversation(conv_id)
-            busy = self._scalar(
-                """SELECT EXISTS (SELECT 1 FROM turns WHERE conversation_id = ?
+            # whether it exists and whether it is busy, in one statement: every message takes this way
+            exists, busy = self.conn.execute(
+                """SELECT EXISTS (SELECT 1 FROM conversations WHERE id = ?),
+                          EXISTS (SELECT 1 FROM turns WHERE conversation_id = ?
                                         AND status IN ('queued', 'running', 'waiting'))
                        OR EXISTS (SELECT 1 FROM conversation_claims WHERE conversation_id = ?)""",
-                [conv_id, conv_id])
+                [conv_id, conv_id, conv_id]).fetchone()
+            if not exists:
+                raise NotFoundError(f"conversation {conv_id!r} not found")
             if busy:
                 now = self._clock()
                 wire = _wire_item(item, response_id=None, status=None, created_at=now)

@@ -89,10 +89,13 @@ class StepsMixin(Tables):
     def _claim_step(self, conv_id: str, turn_id: str, step: int, kind: str, call_id: str | None) -> bool:
         # Caller holds the write transaction. True if the step is (now) under way and so may be
         # finished here; a step never begun is begun first (a call stored not_run, say).
-        self.db.execute(
-            """INSERT OR IGNORE INTO turn_steps (turn_id, step, conversation_id, kind, status, call_id, started_at)
-               VALUES (?, ?, ?, ?, 'running', ?, ?)""", [turn_id, step, conv_id, kind, call_id, self._clock()])
+        # read first: the step was begun (`begin_step`) on every way but that one, so one statement
         status = self._scalar("SELECT status FROM turn_steps WHERE turn_id = ? AND step = ?", [turn_id, step])
+        if status is None:
+            self.db.execute(
+                """INSERT INTO turn_steps (turn_id, step, conversation_id, kind, status, call_id, started_at)
+                   VALUES (?, ?, ?, ?, 'running', ?, ?)""", [turn_id, step, conv_id, kind, call_id, self._clock()])
+            return True
         return status in _UNDER_WAY
 
     def finish_model_step(self, conv_id: str, turn_id: str, step: int, items: list[dict],

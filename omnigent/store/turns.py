@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import ids
-from ._base import STEP_COLUMNS, TURN_OPEN, TURN_STATUSES, TURN_TERMINAL, Tables, _step, _turn
+from ._base import STEP_COLUMNS, TURN_OPEN, TURN_STATUSES, Tables, _step, _turn
 from .errors import ConflictError, NotFoundError
 
 _TURN_SELECT = """
@@ -136,16 +136,16 @@ class TurnsMixin(Tables):
         dispatched under. Raises ConflictError if the turn already ended.
         """
         with self._write():
-            status = self._require_turn(turn_id)
-            if status in TURN_TERMINAL:
-                raise ConflictError(f"turn {turn_id!r} is already {status}")
-            self.db.execute(
-                """UPDATE turns SET status = 'running', attempt = attempt + 1, runner_id = ?,
+            # the update first: on the way every dispatch takes, one statement, not a read and a write
+            # (TURN_OPEN is every status but the terminal ones)
+            if not self.db.execute(
+                f"""UPDATE turns SET status = 'running', attempt = attempt + 1, runner_id = ?,
                        owner_pid = COALESCE(?, owner_pid), error = NULL, started_at = ?, ended_at = NULL,
                        generation = ?
-                   WHERE id = ?""",
-                [runner_id, owner_pid, self._clock(), generation, turn_id],
-            )
+                   WHERE id = ? AND status IN ({", ".join("?" * len(TURN_OPEN))})""",
+                [runner_id, owner_pid, self._clock(), generation, turn_id, *TURN_OPEN],
+            ).rowcount:
+                raise ConflictError(f"turn {turn_id!r} is already {self._require_turn(turn_id)}")
         return self.get_turn(turn_id)  # type: ignore[return-value]
 
     def finish_turn(
@@ -160,7 +160,6 @@ class TurnsMixin(Tables):
         if status not in TURN_STATUSES - {"queued", "running", "waiting"}:
             raise ValueError(f"cannot finish a turn as {status!r}")
         with self._write():
-            self._require_turn(turn_id)
             sql = f"""UPDATE turns SET status = ?, error = ?, ended_at = ?
                       WHERE id = ? AND status IN ({", ".join("?" * len(TURN_OPEN))})"""
             params: list[Any] = [status, error, self._clock(), turn_id, *TURN_OPEN]
@@ -168,6 +167,7 @@ class TurnsMixin(Tables):
                 sql += " AND attempt = ?"
                 params.append(attempt)
             if not self.db.execute(sql, params).rowcount:
+                self._require_turn(turn_id)  # (only then: a missing turn is NotFoundError, an ended one None)
                 return None
         return self.get_turn(turn_id)
 

@@ -637,6 +637,7 @@ def test_turn_errors(store: Store, conv: dict):
         lambda: store.finish_turn("turn_missing", "completed"),
         lambda: store.mark_interrupted("turn_missing"),
         lambda: store.create_turn("conv_missing", None),
+        lambda: store.queue_message("conv_missing", {"type": "message", "role": "user", "content": "hi"}),
     ):
         with pytest.raises(NotFoundError):
             call()
