@@ -445,11 +445,12 @@ def pct(samples: list[float], q: float) -> float:
 def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: float) -> list[str]:
     """Median time of each segment of a lone turn's path (TURN_POINTS), from the processes' marks.
 
-    The server's marks carry how many SQL statements its store had made (`count_statement`): a
-    segment between two of them says how many it took, and one stored mark to the next, a turn's.
+    The server's marks carry its counts so far (`omnigent.config.timeline._counts`): SQL
+    statements and trio task steps. A segment between two of its marks says how many it took,
+    and one stored mark to the next, how many a whole turn takes.
     """
     marks: dict[str, dict[str, float]] = {}
-    counts: dict[str, dict[str, tuple[str, int]]] = {}  # turn -> point -> (pid, statements so far)
+    counts: dict[str, dict[str, tuple[str, dict[str, int]]]] = {}  # turn -> point -> (pid, counts so far)
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -458,33 +459,41 @@ def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: f
         name, _, rest = line.partition(" ")
         point, _, turn_id = name.partition(":")
         if point.startswith("turn.") and turn_id and point[5:] not in marks.get(turn_id, {}):  # a turn's first
-            fields = rest.split()
-            marks.setdefault(turn_id, {})[point[5:]] = float(fields[0])
-            if len(fields) > 2:
-                counts.setdefault(turn_id, {})[point[5:]] = (fields[1], int(fields[2]))
-    rows, counted = [], []
+            at, pid, *counted = rest.split()
+            marks.setdefault(turn_id, {})[point[5:]] = float(at)
+            if counted:
+                counts.setdefault(turn_id, {})[point[5:]] = (
+                    pid, {what: int(n) for what, _, n in (c.partition("=") for c in counted)})
+    rows, counted_rows = [], []
     for turn_id, posted, seen in ends:
         points = {**marks.get(turn_id, {}), "posted": posted, "seen": seen}
         if all(name in points for name, _ in TURN_POINTS):
             rows.append(points)
-            counted.append(counts.get(turn_id, {}))
+            counted_rows.append(counts.get(turn_id, {}))
     if not rows:
         have = sorted({point for points in marks.values() for point in points})
         return [f"no lone turn has every point of TURN_POINTS (marks seen: {', '.join(have) or 'none'})"]
-    out = [f"where a lone turn's time goes ({len(rows)} turns; medians, ms; the marks cost a little;"
-           " then the server's SQL statements):"]
+
+    def made(pairs: list[tuple[tuple[str, dict[str, int]] | None, tuple[str, dict[str, int]] | None]]) -> str:
+        """Median SQL statements and task steps between the two marks of each pair (one process's)."""
+        got = []
+        for what in ("sql", "steps"):
+            spans = [b[1][what] - a[1][what] for a, b in pairs
+                     if a and b and a[0] == b[0] and what in a[1] and what in b[1]]
+            got.append(f"{statistics.median(spans):5.0f}" if spans else "     ")
+        return " ".join(got)
+
+    out = [f"where a lone turn's time goes ({len(rows)} turns; medians: ms, then the server's SQL statements"
+           " and task steps; the marks and counts cost a little):"]
     for (a, what), (b, _) in zip(TURN_POINTS, TURN_POINTS[1:]):
         spans = [r[b] - r[a] for r in rows]
         extra = (f" (the floor's whole call: {floor_lat * 1000:.1f})" if a == "model_call" else "")
-        made = [c[b][1] - c[a][1] for c in counted if a in c and b in c and c[a][0] == c[b][0]]
-        sql = f"{statistics.median(made):4.0f}" if made else "    "
         out.append(f"  {a:>10} -> {b:<10} {statistics.median(spans) * 1000:6.2f}  p90 {pct(spans, .9) * 1000:6.2f}"
-                   f"  {sql}  {what}{extra}")
+                   f"  {made([(c.get(a), c.get(b)) for c in counted_rows])}  {what}{extra}")
     total = [r["seen"] - r["posted"] for r in rows]
-    per_turn = [b["stored"][1] - a["stored"][1] for a, b in zip(counted, counted[1:])
-                if "stored" in a and "stored" in b and a["stored"][0] == b["stored"][0]]
-    sql = f"  {statistics.median(per_turn):4.0f} statements a turn (one stored mark to the next)" if per_turn else ""
-    out.append(f"  {'posted':>10} -> {'seen':<10} {statistics.median(total) * 1000:6.2f}{sql}")
+    whole = made([(a.get("stored"), b.get("stored")) for a, b in zip(counted_rows, counted_rows[1:])])
+    out.append(f"  {'posted':>10} -> {'seen':<10} {statistics.median(total) * 1000:6.2f}"
+               f"  {'':>10} {whole}  a whole turn (one stored mark to the next)")
     return out
 
 

@@ -4,9 +4,9 @@
 time of a cold `omnigent run -p` went (process start, socket bound, runner
 spawned, hello seen, first token, answer printed, exit), so a regression
 shows which segment grew. Every process of the run (CLI, runners) appends
-`<name> <CLOCK_MONOTONIC seconds> <pid>` lines to the same file. A process
-whose store counts its statements (`count_statement`) adds how many it has
-made so far, so a segment between two of its points says how many it took.
+`<name> <CLOCK_MONOTONIC seconds> <pid>` lines to the same file. A server adds
+how many SQL statements and trio task steps it has made so far (`_counts`), so a
+segment between two of its points says how many it took.
 
 Without the variable `mark` is a no-op, and importing this module costs only
 `os`, which every process has already loaded: it may be imported first thing.
@@ -30,34 +30,47 @@ def mark(name: str) -> None:
 
     One `O_APPEND` write per point, so lines of concurrent processes never
     interleave. Failing to write is silent: a timeline never breaks a run.
+    The counts this process keeps (`count_statement`, `count_task_steps`) follow
+    as `<what>=<so far>`.
     """
     path = os.environ.get(ENV_VAR)
     if not path:
         return
     import time
 
-    counted = "" if _statements is None else f" {_statements}"
+    counted = "".join(f" {what}={n}" for what, n in _counts.items())
     _append(path, f"{name} {time.monotonic():.6f} {os.getpid()}{counted}\n")
 
 
-# SQL statements this process's store has made, once it counts them (`count_statements`)
-_statements: int | None = None
+# what this process counts while a timeline is taken: "sql", its store's statements, and
+# "steps", the task steps of its trio loop; a segment between two of its marks says how many it took
+_counts: dict[str, int] = {}
 
 
-def count_statements() -> bool:
-    """Whether the store should count its statements (`count_statement`): a timeline is being taken."""
-    global _statements
-    if not os.environ.get(ENV_VAR):
-        return False
-    _statements = _statements or 0
-    return True
+def counting() -> bool:
+    """Whether a timeline is being taken, so the store and the loop should count (see `_counts`)."""
+    return bool(os.environ.get(ENV_VAR))
 
 
 def count_statement(sql: str) -> None:
     """A store connection's trace callback: one more statement (a trigger's own are its statement's part)."""
-    global _statements
-    if not sql.startswith("--") and _statements is not None:
-        _statements += 1
+    if not sql.startswith("--"):
+        _counts["sql"] = _counts.get("sql", 0) + 1
+
+
+def count_task_steps() -> None:
+    """Inside a trio run, while a timeline is taken: count the loop's task steps (each is a
+    switch to a task and back to the scheduler, whose cost a profile spreads thin)."""
+    if not counting() or "steps" in _counts:
+        return
+    import trio
+
+    class _Steps(trio.abc.Instrument):
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            _counts["steps"] += 1
+
+    _counts["steps"] = 0
+    trio.lowlevel.add_instrument(_Steps())
 
 
 def _append(path: str, line: str) -> None:

@@ -27,6 +27,7 @@ import trio
 import protocol as p
 from protocol import events as ev
 
+from ..config.timeline import count_task_steps
 from ..link.memory import LinkEnd
 from ..store import Store
 from .guard import Guard
@@ -87,6 +88,7 @@ async def run_server(
     store.prune_runner_credentials(older_than=CREDENTIALS_KEPT)
     bind_host, port = sock.getsockname()[:2]
     guard = Guard(port=port, bind_host=bind_host, allow_hosts=frozenset(h.lower() for h in allow_hosts))
+    count_task_steps()  # a benchmark's timeline: each segment's task steps
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             hub = EventHub(store)

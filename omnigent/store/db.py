@@ -104,7 +104,7 @@ def open_database(path: str | Path, *, clock: Callable[[], float] = time.time) -
         # each one was a temporary file created, written and unlinked, about one per turn.
         conn.execute("PRAGMA temp_store = MEMORY")
         db = sqlite_utils.Database(conn, execute_plugins=False)
-        if timeline.count_statements():  # a benchmark's timeline: each segment's statements
+        if timeline.counting():  # a benchmark's timeline: each segment's statements
             conn.set_trace_callback(timeline.count_statement)
         if target != MEMORY:
             _enable_wal(db)
