@@ -124,7 +124,7 @@ def read_timeline(path: Path) -> dict[str, float]:
     """Each point's first time; a runner's points are the first runner's (the spare's come later)."""
     points: dict[str, float] = {}
     for line in path.read_text().splitlines():
-        name, at = line.split()[:2]  # (then the pid, and the store's statements where it counts them)
+        name, at = line.split()[:2]  # (then the pid, and a server's counts where they are taken)
         points.setdefault(name, float(at))
     return points
 

@@ -37,8 +37,9 @@ tokens (the mock's default answer has no deltas, so the figures above leave them
 
 `--timeline`: the server and runners mark each turn's path (`OMNIGENT_TIMELINE`); prints the
 median of each segment of a lone turn (post, store, dispatch, link, runner, model, answer, end,
-delivery). The marks cost a few file writes per turn: the other figures of such a run are a little
-higher.
+delivery), with the server's SQL statements and trio task steps in each where both marks are its
+(`OMNIGENT_TIMELINE_COUNTS`). The marks cost a few file writes per turn and the counts a callback per
+statement and per task step: the other figures of such a run are a little higher.
 
 `--profile DIR` samples the server and runners with py-spy over the lone and closed-loop phases
 (it costs CPU: the figures of a profiled run are not the figures to report).
@@ -230,8 +231,8 @@ def floor(url: str, n: int) -> dict:
 
 
 class Session:
-    def __init__(self, session_id: str, ws, http) -> None:
-        self.id, self.ws, self.http = session_id, ws, http
+    def __init__(self, session_id: str, http) -> None:
+        self.id, self.http = session_id, http
         self.done = None  # a trio.Event while a turn is in flight
         self.posted = 0.0
         self.first: float | None = None  # post -> the turn's first text delta on the stream
@@ -240,7 +241,7 @@ class Session:
 
 
 async def open_sessions(url: str, n: int, nursery, http, clients, how: str = "sse") -> list[Session]:
-    """`n` sessions, each followed on its websocket and posted to through a client of its own.
+    """`n` sessions, each followed on its stream (`how`: see `follow`) and posted to through a client of its own.
 
     One client per session: httpcore's pool looks at every connection it holds for each
     request (`is_idle`, `has_expired`, a readability poll each), so one shared pool of 100
@@ -281,7 +282,7 @@ async def follow(url: str, sid: str, sessions: list[Session], own, ready, how: s
 
         async with open_websocket_url(f"ws{url[4:]}/v1/sessions/{sid}/ws",
                                       extra_headers=[("Origin", "omnigent://internal")]) as ws:
-            session = Session(sid, ws, own)
+            session = Session(sid, own)
             sessions.append(session)
             ready.set()
             while True:
@@ -294,7 +295,7 @@ async def follow(url: str, sid: str, sessions: list[Session], own, ready, how: s
     async with httpx.AsyncClient(base_url=url, timeout=None) as sse, \
             sse.stream("GET", f"/v1/sessions/{sid}/stream") as response:
         response.raise_for_status()
-        session = Session(sid, None, own)
+        session = Session(sid, own)
         async for line in response.aiter_lines():
             if not line.startswith("data: "):
                 continue
@@ -550,6 +551,7 @@ def main() -> None:
             timeline = Path(tmp) / "timeline"
             if args.timeline:
                 env["OMNIGENT_TIMELINE"] = str(timeline)
+                env["OMNIGENT_TIMELINE_COUNTS"] = "1"  # the server's marks carry its statements and task steps
             floor_before = floor(mock_url, args.floor_calls)
             server, url = start_server(env, Path(tmp) / "data", args.runners)
             started = time.monotonic()

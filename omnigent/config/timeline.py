@@ -4,9 +4,11 @@
 time of a cold `omnigent run -p` went (process start, socket bound, runner
 spawned, hello seen, first token, answer printed, exit), so a regression
 shows which segment grew. Every process of the run (CLI, runners) appends
-`<name> <CLOCK_MONOTONIC seconds> <pid>` lines to the same file. A server adds
-how many SQL statements and trio task steps it has made so far (`_counts`), so a
-segment between two of its points says how many it took.
+`<name> <CLOCK_MONOTONIC seconds> <pid>` lines to the same file. With
+`$OMNIGENT_TIMELINE_COUNTS` set as well (`scripts/bench_sessions.py --timeline`), a
+server adds how many SQL statements and trio task steps it has made so far
+(`_counts`), so a segment between two of its points says how many it took; the
+timed `-p` runs of `scripts/bench.py` leave it unset, so counting costs them nothing.
 
 Without the variable `mark` is a no-op, and importing this module costs only
 `os`, which every process has already loaded: it may be imported first thing.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import os
 
 ENV_VAR = "OMNIGENT_TIMELINE"
+COUNTS_VAR = "OMNIGENT_TIMELINE_COUNTS"
 
 
 def mark(name: str) -> None:
@@ -42,14 +45,14 @@ def mark(name: str) -> None:
     _append(path, f"{name} {time.monotonic():.6f} {os.getpid()}{counted}\n")
 
 
-# what this process counts while a timeline is taken: "sql", its store's statements, and
+# what this process counts while a counted timeline is taken: "sql", its store's statements, and
 # "steps", the task steps of its trio loop; a segment between two of its marks says how many it took
 _counts: dict[str, int] = {}
 
 
 def counting() -> bool:
-    """Whether a timeline is being taken, so the store and the loop should count (see `_counts`)."""
-    return bool(os.environ.get(ENV_VAR))
+    """Whether a counted timeline is being taken, so the store and the loop should count (see `_counts`)."""
+    return bool(os.environ.get(ENV_VAR) and os.environ.get(COUNTS_VAR))
 
 
 def count_statement(sql: str) -> None:
@@ -59,7 +62,7 @@ def count_statement(sql: str) -> None:
 
 
 def count_task_steps() -> None:
-    """Inside a trio run, while a timeline is taken: count the loop's task steps (each is a
+    """Inside a trio run, while a counted timeline is taken: count the loop's task steps (each is a
     switch to a task and back to the scheduler, whose cost a profile spreads thin)."""
     if not counting() or "steps" in _counts:
         return
