@@ -33,7 +33,7 @@ from ..store import Store
 from .guard import Guard
 from .host_link import consume_host
 from .hub import EventHub
-from .sockets import url_of
+from .sockets import BACKLOG, url_of
 from .registry import RunnerRegistry
 from .state import ServerState
 from .turns import TurnService
@@ -114,6 +114,7 @@ async def run_server(
             config.accesslog = None
             config.errorlog = log
             config.graceful_timeout = 1.0
+            config.backlog = BACKLOG  # hypercorn listens again on the socket it is given
             config.websocket_max_message_size = p.MAX_FRAME_BYTES
             app = create_app(state)
 
