@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from ..config.tls import verify_for
 from ._errors import ProtocolError, connection_error, error_for_status
 
 ORIGIN = "omnigent://internal"  # the server's CSRF guard trusts this sentinel
@@ -27,7 +28,7 @@ class Transport:
             merged["Authorization"] = f"Bearer {token}"
         merged.update(headers or {})
         self.http = httpx.AsyncClient(base_url=self.base_url, headers=merged, auth=auth,
-                                      timeout=timeout)
+                                      timeout=timeout, verify=verify_for(self.base_url))
 
     async def aclose(self) -> None:
         await self.http.aclose()

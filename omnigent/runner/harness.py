@@ -32,6 +32,7 @@ from .streams import Emit, EmptyStream, Terminal, chat, model_name, reasoning_ef
 from .wire import chat_messages, normalize_input
 
 from ..config.timeline import mark
+from ..config.tls import plain_http, verify_for
 
 mark("runner.openai_imported")  # the runner/connection.py point nearest the hello (not ours to edit)
 
@@ -82,7 +83,11 @@ def prewarm(pool: ClientPool, environ: Mapping[str, str] = os.environ) -> None:
 
 
 def _new_client(api_key: str, base_url: str | None) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=MAX_RETRIES, timeout=TIMEOUT)
+    # a plain-HTTP model server needs no CA bundle (config/tls.py): ~50 ms less before the hello
+    http_client = (openai.DefaultAsyncHttpxClient(verify=verify_for(base_url), timeout=TIMEOUT)
+                   if plain_http(base_url) else None)
+    return openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=MAX_RETRIES, timeout=TIMEOUT,
+                              http_client=http_client)
 
 
 async def execute(
