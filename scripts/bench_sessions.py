@@ -253,6 +253,7 @@ async def open_sessions(url: str, n: int, nursery, http, clients, how: str = "ss
 
     sys.path.insert(0, str(REPO))
     from omnigent.agents import bundle_bytes
+    from omnigent.config.tls import verify_for  # httpx's default CA bundle costs ~50 ms per client
 
     bundle = bundle_bytes(AGENT)
     sessions: list[Session] = []
@@ -264,7 +265,8 @@ async def open_sessions(url: str, n: int, nursery, http, clients, how: str = "ss
         sid = r.json()["session_id"]
         ready = trio.Event()
         own = await clients.enter_async_context(httpx.AsyncClient(
-            base_url=url, timeout=60, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)))
+            base_url=url, timeout=60, verify=verify_for(url),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)))
         nursery.start_soon(follow, url, sid, sessions, own, ready, how)
         await ready.wait()
 
@@ -292,7 +294,9 @@ async def follow(url: str, sid: str, sessions: list[Session], own, ready, how: s
                     return
     import httpx
 
-    async with httpx.AsyncClient(base_url=url, timeout=None) as sse, \
+    from omnigent.config.tls import verify_for
+
+    async with httpx.AsyncClient(base_url=url, timeout=None, verify=verify_for(url)) as sse, \
             sse.stream("GET", f"/v1/sessions/{sid}/stream") as response:
         response.raise_for_status()
         session = Session(sid, own)
