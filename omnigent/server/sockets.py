@@ -14,9 +14,10 @@ LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 # The accept queue. A burst of clients (100 sessions opening their streams at once, the
 # runners of a restarted host) fills a short queue while the server's loop is busy: the
-# kernel then drops the handshake's last ACK, and the client waits out a SYN-ACK
-# retransmit (1 s, then 2 s...). With 128, bench_sessions' opening overflowed ~100 times
-# a run. The kernel caps this at net.core.somaxconn.
+# kernel then drops new SYNs (or a handshake's last ACK), and each such client waits out a
+# retransmit (1 s, then 2 s...). With 128 here and hypercorn's 100 (it listens again, see
+# serve.py), bench_sessions' opening overflowed ~100 times a run. The kernel caps this at
+# net.core.somaxconn.
 BACKLOG = socket.SOMAXCONN
 
 
