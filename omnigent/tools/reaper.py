@@ -102,13 +102,33 @@ def children(pid: int | None = None) -> list[int]:
     return sorted(found)
 
 
-def _ppid(pid: int) -> int | None:
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command's name (state first), None if unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[1])
-    except (OSError, IndexError, ValueError):
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
         return None
+
+
+def _ppid(pid: int) -> int | None:
+    fields = _stat(pid)
+    try:
+        return None if fields is None else int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _exiting(pid: int) -> bool:
+    """The process is in the middle of its exit: its memory is released, so its environment
+    reads as empty, but it is not a zombie yet, so its own children have not been handed on
+    (the kernel does that last, in `exit_notify`). Its virtual size (field 23) is 0 then; a
+    live process's never is."""
+    fields = _stat(pid)
+    try:
+        return fields is not None and fields[0] not in (b"Z", b"X") and int(fields[20]) == 0
+    except (IndexError, ValueError):
+        return False
 
 
 def tool_owner(pid: int) -> int | None:
@@ -178,11 +198,18 @@ def sweep_orphans(keep: Collection[int], *, select: Callable[[int], bool] | None
     deadline = time.monotonic() + SWEEP_BOUND  # not trio code: a plain blocking bound
     while True:
         before = len(swept)
+        exiting = False
         for pid in children():
             if pid in keep or pid in pending:
                 continue
             if select is not None:
                 if pid not in judged:
+                    # A dying tool's bash (its runner SIGKILLed: the parent-death signal) reads as
+                    # no tool's while it exits, and still holds the `nohup cmd &` it will hand us:
+                    # judged then, it would be passed over and the sweep end before the hand-over.
+                    if _exiting(pid):
+                        exiting = True
+                        continue
                     judged[pid] = select(pid)
                 if not judged[pid]:
                     continue
@@ -190,7 +217,7 @@ def sweep_orphans(keep: Collection[int], *, select: Callable[[int], bool] | None
             pending.add(pid)
             swept.append(pid)
         pending = {pid for pid in pending if not _reap(pid)}
-        if not pending and not any(
+        if not pending and not exiting and not any(
                 pid not in keep and (select is None or judged.get(pid, True)) for pid in children()):
             # Only after a round that killed nothing: /proc/PID/task/TID/children is not reliable
             # while children change (the kernel's own words), and a killed orphan's children are

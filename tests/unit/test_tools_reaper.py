@@ -82,3 +82,45 @@ def test_a_sweep_looks_again_for_a_child_one_scan_missed(monkeypatch):
     monkeypatch.setattr(reaper.time, "sleep", lambda s: None)
     assert reaper.sweep_orphans(keep=()) == [10, 11]
     assert killed == [10, 11]
+
+
+def test_the_narrowed_sweep_waits_for_a_child_in_the_middle_of_its_exit(monkeypatch):
+    """A tool's bash dying with its SIGKILLed runner reads as no tool's (its memory, environment
+    included, is released first) while it still holds the `nohup cmd &` it hands over last: the
+    host's sweep must neither judge it then nor end before the hand-over. (Seen in the slow leg:
+    the nohup'd child of a killed runner outlived the host.)"""
+    from omnigent.tools import reaper
+
+    # 10: the bash, exiting for two scans, then a zombie; 11: its child, ours from the third scan
+    scans = iter([[10], [10], [10, 11], [10], [10], [10]])
+    exiting = iter([True, True])
+    killed: list[int] = []
+    judged: list[int] = []
+
+    def select(pid: int) -> bool:
+        judged.append(pid)
+        return pid == 11  # the zombie bash's environment reads empty: no tool's
+
+    monkeypatch.setattr(reaper, "children", lambda pid=None: next(scans, [10]))
+    monkeypatch.setattr(reaper, "_exiting", lambda pid: pid == 10 and next(exiting, False))
+    monkeypatch.setattr(reaper, "_kill", lambda pid, keep: killed.append(pid))
+    monkeypatch.setattr(reaper, "_reap", lambda pid: pid in killed)
+    monkeypatch.setattr(reaper.time, "sleep", lambda s: None)
+    assert reaper.sweep_orphans(keep=(), select=select) == [11]
+    assert killed == [11]
+    assert judged == [10, 11]  # the bash once, when it was a zombie
+
+
+def test_a_process_in_the_middle_of_its_exit_is_told_from_a_live_one_and_a_zombie():
+    live = _sleeper()
+    try:
+        assert reaper._exiting(live.pid) is False
+        live.kill()
+        deadline = time.monotonic() + 5
+        while (reaper._stat(live.pid) or [b"Z"])[0] != b"Z" and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert reaper._exiting(live.pid) is False  # a zombie: its children were handed on
+    finally:
+        live.kill()
+        live.wait()
+    assert reaper._exiting(live.pid) is False  # gone
