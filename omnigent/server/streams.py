@@ -54,8 +54,12 @@ def register(app: Any, state: ServerState) -> None:
                     yield b"".join(_sse(event) for event in batch)  # one write per burst
             yield b"data: [DONE]\n\n"
 
-        return Response(body(), content_type="text/event-stream",
-                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        response = Response(body(), content_type="text/event-stream",
+                            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        # quart cuts every response off after its RESPONSE_TIMEOUT (60 s) unless the response
+        # sets its own: a stream is followed for as long as its client wants it
+        response.timeout = None
+        return response
 
     @app.websocket("/v1/sessions/<session_id>/ws")
     async def session_ws(session_id: str):

@@ -153,3 +153,47 @@ async def test_a_session_from_the_previous_release_gets_a_resync_over_the_websoc
     finally:
         await server.aclose()
         store.close()
+
+
+async def test_an_sse_stream_outlives_the_frameworks_response_timeout(nursery, tmp_path, bundle,  # noqa: F811
+                                                                      monkeypatch):
+    """quart ends a response after its RESPONSE_TIMEOUT (60 s) unless the response sets its own:
+    every follower of a session over SSE (the SDK, the REPL, `attach`, curl) was cut off after a
+    minute ("incomplete chunked read"). With that bound shortened to 0.3 s, a stream opened
+    before it ran out still delivers the turn posted after it."""
+    from omnigent.server import app as app_module
+
+    made = app_module.create_app
+
+    def short_bound(*args, **kwargs):
+        app = made(*args, **kwargs)
+        app.config["RESPONSE_TIMEOUT"] = 0.3
+        return app
+
+    monkeypatch.setattr(app_module, "create_app", short_bound)
+    store = Store(tmp_path / "chat.db")
+    server = await start_server(nursery, store, runner_wait=2.0)
+    try:
+        async with fake_runner(server):
+            async with OmnigentClient(server.url) as client:
+                sid = (await client.create_session(bundle))["id"]
+            with trio.fail_after(LIMIT):
+                async with httpx.AsyncClient(base_url=server.url, timeout=LIMIT) as http:
+                    async with http.stream("GET", f"/v1/sessions/{sid}/stream") as resp:
+                        lines = resp.aiter_lines()
+                        async for line in lines:  # the greeting: the stream is open
+                            if line.startswith("data: {"):
+                                assert json.loads(line[6:])["type"] == ev.HEARTBEAT
+                                break
+                        await trio.sleep(0.6)  # twice the bound: not a wait for anything, time passing
+                        last = await one_turn(server, sid)
+                        seen = []
+                        async for line in lines:
+                            if line.startswith("data: {"):
+                                seen.append(json.loads(line[6:])["sequence_number"])
+                                if seen[-1] == last:
+                                    break
+            assert seen[-1] == last
+    finally:
+        await server.aclose()
+        store.close()
