@@ -48,6 +48,8 @@ class Claims:
         """Wait until this turn service holds the conversation's claim (cancellable: nothing held yet).
 
         `on_wait` is called once, if it has to wait (it must not block)."""
+        if self.store.holds_claim(session_id, self.owner, turn_id=turn_id, for_at_least=LEASE - RENEW_EVERY):
+            return  # taken with the turn's message (`queue_message`): a read, nothing written
         waited = False
         while not self.store.claim_conversation(session_id, self.owner, turn_id=turn_id, lease=LEASE):
             if not waited:
@@ -56,6 +58,13 @@ class Claims:
                 if on_wait is not None:
                     on_wait()
             await trio.sleep(POLL_EVERY)
+
+    def queue_message(self, session_id: str, item: dict, *,
+                      approval_timeout: float | None = None) -> tuple[dict, dict]:
+        """`Store.queue_message`, with the claim for the new turn taken in its transaction where
+        the conversation is idle (the turn is this service's to run: `submit` follows)."""
+        return self.store.queue_message(session_id, item, approval_timeout=approval_timeout,
+                                        claim=self.owner, lease=LEASE)
 
     @asynccontextmanager
     async def renewed(self, session_id: str, turn_id: str,

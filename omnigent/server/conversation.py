@@ -54,8 +54,8 @@ def register(app: Any, state: ServerState) -> None:
         content = _content(data.get("content"))
         # stored now, or once the turn this one waits behind has answered (recovery, issue 7 §10)
         with state.hub.transaction(session_id) as tx:  # the message and its event commit together
-            item, turn = store.queue_message(session_id, {"type": "message", "role": "user", "content": content},
-                                             approval_timeout=timeout)
+            item, turn = state.turns.claims.queue_message(
+                session_id, {"type": "message", "role": "user", "content": content}, approval_timeout=timeout)
             tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
         mark(f"turn.stored:{turn['id']}")
         state.turns.submit(session_id)

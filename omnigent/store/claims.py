@@ -68,12 +68,22 @@ class ClaimsMixin(Tables):
                 [conv_id, owner.pid, owner.started, owner.token],
             ).rowcount)
 
-    def holds_claim(self, conv_id: str, owner: ClaimOwner) -> bool:
-        """Whether `owner` holds the conversation's claim now (a read: nothing to release if not)."""
-        return self._scalar(
-            """SELECT 1 FROM conversation_claims WHERE conversation_id = ?
-               AND owner_pid = ? AND owner_started = ? AND owner_token = ?""",
-            [conv_id, owner.pid, owner.started, owner.token]) is not None
+    def holds_claim(self, conv_id: str, owner: ClaimOwner, *, turn_id: str | None = None,
+                    for_at_least: float | None = None) -> bool:
+        """Whether `owner` holds the conversation's claim now (a read: nothing to release if not).
+
+        With `turn_id`, a claim taken for that turn; with `for_at_least`, one whose lease has
+        that many seconds left (`queue_message` took it with the turn's message)."""
+        sql = """SELECT lease_until FROM conversation_claims WHERE conversation_id = ?
+                 AND owner_pid = ? AND owner_started = ? AND owner_token = ?"""
+        params: list = [conv_id, owner.pid, owner.started, owner.token]
+        if turn_id is not None:
+            sql += " AND turn_id = ?"
+            params.append(turn_id)
+        lease_until = self._scalar(sql, params)
+        if lease_until is None:
+            return False
+        return for_at_least is None or lease_until - self._clock() >= for_at_least
 
     def claim_of(self, conv_id: str) -> dict | None:
         """The claim row of a conversation with `live` (holder alive, lease running), or None."""
@@ -88,8 +98,8 @@ class ClaimsMixin(Tables):
         return bool(row and row["live"] and not _same_owner(
             (row["owner_pid"], row["owner_started"], row["owner_token"]), owner))
 
-    def queue_message(self, conv_id: str, item: dict, *,
-                      approval_timeout: float | None = None) -> tuple[dict, dict]:
+    def queue_message(self, conv_id: str, item: dict, *, approval_timeout: float | None = None,
+                      claim: ClaimOwner | None = None, lease: float = 0.0) -> tuple[dict, dict]:
         """A user message and its queued turn; returns (item in wire form, turn).
 
         `approval_timeout` is stored on the turn: how long an approval of it
@@ -98,7 +108,10 @@ class ClaimsMixin(Tables):
         While the conversation is busy (a turn queued or running, or a claim
         on it) the item waits in `pending_items` and joins the conversation
         when its turn holds the claim (`place_pending`): it then comes after
-        the answer it waited for. Otherwise it is appended at once.
+        the answer it waited for. Otherwise it is appended at once, and with
+        `claim` the conversation's claim is taken for the new turn in the same
+        transaction, for `lease` seconds: the turn service that runs it finds it
+        held (`holds_claim`) and writes nothing to take it (one transaction a turn fewer).
         """
         if approval_timeout is not None and not approval_timeout >= 0:
             raise ValueError(f"approval_timeout must be >= 0 or None, not {approval_timeout!r}")
@@ -122,11 +135,17 @@ class ClaimsMixin(Tables):
                 wire = self._insert_items(conv_id, [item], turn_id=None, response_id=None, status=None,
                                           output_indexed=False)[0]
             turn_id = ids.new_id(ids.TURN)
+            now = self._clock()
             self.db.execute(
                 """INSERT INTO turns (id, conversation_id, input_item_id, status, owner_pid, created_at,
                        approval_timeout) VALUES (?, ?, ?, 'queued', ?, ?, ?)""",
-                [turn_id, conv_id, wire["id"], os.getpid(), self._clock(), approval_timeout],
+                [turn_id, conv_id, wire["id"], os.getpid(), now, approval_timeout],
             )
+            if claim is not None and not busy:  # no claim exists (busy counts one), so none is replaced
+                self.db.execute(
+                    """INSERT INTO conversation_claims (conversation_id, turn_id, owner_pid, owner_started,
+                           owner_token, lease_until, claimed_at) VALUES (?, ?, ?, ?, ?, ?, ?)""",
+                    [conv_id, turn_id, claim.pid, claim.started, claim.token, now + lease, now])
         return wire, self.get_turn(turn_id)  # type: ignore[return-value]
 
     def place_pending(self, conv_id: str, item_id: str | None) -> dict | None:

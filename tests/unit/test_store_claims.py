@@ -36,6 +36,34 @@ def test_a_claim_is_exclusive_renewable_and_released_by_its_owner_only(tmp_path)
     assert store.release_claim(conv, other) and store.claim_of(conv) is None
 
 
+def test_a_message_to_an_idle_conversation_takes_the_claim_for_its_turn(tmp_path):
+    """`queue_message(claim=...)`: the claim for the new turn commits with the message, so the
+    turn service that runs it only reads it (`holds_claim`); a busy conversation's claim, or
+    another process's, is left as it is."""
+    now = [1000.0]
+    store = Store(tmp_path / "chat.db", clock=lambda: now[0])
+    conv = store.create_conversation(agent_id=None)["id"]
+    me, other = ClaimOwner.this_process(), ClaimOwner(os.getpid(), ClaimOwner.this_process().started, "other")
+    _, turn = store.queue_message(conv, user("one"), claim=me, lease=6)
+    claim = store.claim_of(conv)
+    assert (claim["turn_id"], claim["owner_token"], claim["lease_until"], claim["live"]) == \
+        (turn["id"], me.token, 1006.0, True)
+    assert store.holds_claim(conv, me, turn_id=turn["id"], for_at_least=4)
+    assert not store.holds_claim(conv, me, turn_id="turn_other")
+    assert not store.holds_claim(conv, other)
+    assert not store.claim_conversation(conv, other, turn_id=None, lease=6)  # it is a real claim
+    now[0] += 2.5
+    assert not store.holds_claim(conv, me, turn_id=turn["id"], for_at_least=4)  # too little left
+    assert store.holds_claim(conv, me, turn_id=turn["id"])
+    _, pending = store.queue_message(conv, user("two"), claim=other, lease=6)  # busy: waits
+    assert store.claim_of(conv)["turn_id"] == turn["id"] and store.claim_of(conv)["owner_token"] == me.token
+    assert pending["status"] == "queued"
+    store.release_claim(conv, me)
+    other_conv = store.create_conversation(agent_id=None)["id"]
+    store.queue_message(other_conv, user("no claim asked"))
+    assert store.claim_of(other_conv) is None
+
+
 def test_a_dead_or_reused_pid_does_not_hold_a_claim(tmp_path):
     store = Store(tmp_path / "chat.db")
     me = ClaimOwner.this_process()

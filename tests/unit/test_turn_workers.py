@@ -85,3 +85,28 @@ async def test_a_turns_start_reaches_its_runner_before_the_watchers_read_its_mes
             assert read == [(0, ["TurnStart"])]
             seen = await h.until_terminal(sid, turn["id"])
             assert (seen[0].time, seen[0].type) == (0, ev.INPUT_CONSUMED)  # the harness's own watch too
+
+
+async def test_a_turn_posted_to_an_idle_session_runs_on_the_claim_its_message_took(autojump_clock, tmp_path):
+    """The route queues a message with `Claims.queue_message`: the claim commits with it, and the
+    worker that runs the turn only reads it, one write transaction a turn fewer. The claim is
+    still released with the turn's end."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("one", after=0.5)]) as h:
+            await h.online(1)
+            sid = h.new_session()
+            statements: list[str] = []
+            h.store.conn.set_trace_callback(statements.append)
+            user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+            with h.hub.transaction(sid) as tx:
+                item, turn = h.turns.claims.queue_message(sid, user)
+                tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+            assert h.store.claim_of(sid)["turn_id"] == turn["id"]
+            h.turns.submit(sid)
+            await h.until_terminal(sid, turn["id"])
+            await h.settle()
+            h.store.conn.set_trace_callback(None)
+            assert h.store.get_turn(turn["id"])["status"] == "completed"
+            assert h.store.claim_of(sid) is None
+            claims = [s.split(" (")[0] for s in statements if "INTO conversation_claims" in s]
+            assert claims == ["INSERT INTO conversation_claims"]  # the message's; no claim taken again
