@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import socket
 import sys
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -253,6 +254,9 @@ async def serve(
 
     config = Config()
     config.bind = [_bind(host, port)]
+    # hypercorn's default accept queue is 100: a burst of connects beyond it (many runners, a load
+    # test) waits out a 1 s SYN retransmit each, as omnigent's own server did (server/sockets.py)
+    config.backlog = socket.SOMAXCONN
     config.accesslog = None
     # Errors still reach stderr; the "Running on" INFO line would only
     # duplicate the one line `main` prints on stdout.
