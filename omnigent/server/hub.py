@@ -57,6 +57,7 @@ from ..config.timeline import watch_gc
 from .checkpoints import _Checkpointer
 from .following import FollowingMixin
 from .memory_log import _Kept, _Log
+from .search_indexing import index_in_batches
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -342,7 +343,8 @@ class EventHub(FollowingMixin):
         Also checkpoints the WAL itself, in a worker thread on a connection of
         its own, instead of SQLite's automatic checkpoint inside whichever
         commit crosses 1,000 pages (a pause of the event loop of several ms
-        under load, in the middle of some turn). With `OMNIGENT_STALLS` set,
+        under load, in the middle of some turn), and indexes the messages the
+        search triggers queued, in batches (`search_indexing`). With `OMNIGENT_STALLS` set,
         garbage collections, slow commits and checkpoints are recorded by name.
         """
         watch_gc()
@@ -354,6 +356,8 @@ class EventHub(FollowingMixin):
             async with trio.open_nursery() as nursery:
                 if checkpoint is not None:
                     nursery.start_soon(checkpoint.run)
+                if self.store is not None:
+                    nursery.start_soon(index_in_batches, self.store)
                 while True:
                     await self._pending_wake.wait()
                     if any(event["type"] == events.TEXT_DELTA for _, event in self._pending):

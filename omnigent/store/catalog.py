@@ -16,6 +16,7 @@ Needs `ConversationsMixin` (`get_conversation`, `update_conversation`) in the sa
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 from . import ids
@@ -33,8 +34,10 @@ from .search import (
     fts5_available,
     fts_query,
     has_index,
+    index_pending,
     like_pattern,
     parse_query,
+    pending,
     text_sql,
 )
 
@@ -65,6 +68,16 @@ class CatalogMixin(Tables):
         """The one line to show a user when search is a plain substring match; None with FTS5."""
         return LIKE_NOTE if self.search_mode == MODE_LIKE else None
 
+    def index_pending_messages(self) -> int:
+        """Index the messages the search triggers queued (store/search.py); returns how many.
+
+        A read when nothing is queued, else one write transaction (a search, the server's
+        `search_indexing` task and every open call it)."""
+        if self.search_mode != MODE_FTS5 or not pending(self.conn):
+            return 0
+        with self._write():
+            return index_pending(self.conn)
+
     def search_conversations(self, query: str, *, agent_name: str | None = None, limit: int = 20) -> list[dict]:
         """Conversations with a user or assistant message matching `query`, newest first.
 
@@ -79,6 +92,10 @@ class CatalogMixin(Tables):
             raise ValueError("limit must be at least 1")
         match = fts_query(terms) if self.search_mode == MODE_FTS5 else None
         if match is not None:
+            try:
+                self.index_pending_messages()  # the newest messages are found too
+            except sqlite3.OperationalError:
+                pass  # a full disk, a lock held past the busy timeout: what is indexed is searched
             hits = self._fts_hits(match, agent_name, limit)
         else:
             hits = self._like_hits(terms, agent_name, limit)

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .search import create_search_index
+from .search import create_search_index, index_in_batches
 
 
 @dataclass(frozen=True)
@@ -424,5 +424,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX idx_turns_conversation_status ON turns (conversation_id, status, created_at);
         """,
         additive=True,
+    ),
+    Migration(
+        # the search index in batches (store/search.py): the triggers only queue a new or
+        # changed message (its `search_rows` row); its FTS row is written by `index_pending`,
+        # before every search and every few seconds by the server, not inside every turn's
+        # transaction. No data changes; without FTS5 there is nothing to change.
+        "0013_search_index_in_batches",
+        "",
+        additive=True,
+        apply=index_in_batches,
     ),
 )

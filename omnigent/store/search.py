@@ -5,12 +5,23 @@ turn's output, a step's items, a pending message placed, a conversation deleted,
 and whatever SQL an older release or another process runs on the same file) keeps
 the index in step without the store having to remember it at each call site.
 
-Layout (migration 0010, `create_search_index`):
+Layout (migration 0010, `create_search_index`; 0013, `index_in_batches`):
 - `search_rows (id INTEGER PRIMARY KEY, conversation_id, item_id)`: one row per
   indexed message; its `id` is the FTS row's rowid. The item is named by its key,
   not by `conversation_items.rowid`, which a VACUUM may renumber.
 - `search_text`: the FTS5 table (`unicode61` tokenizer), one row per user or
   assistant message, its text the message's text parts joined by spaces.
+
+In batches: the triggers write only `search_rows` (a new or changed message is
+queued); `index_pending` gives the FTS rows to every map row above the highest
+rowid the FTS table holds, in id order, so "every row up to that rowid is
+indexed" always holds (a delete takes both rows). An FTS5 insert commits a
+segment of its own, and merges segments: per message, inside the turn's
+transaction, it was the largest single cost of a turn on the server
+(`bench_sessions.py` with `OMNIGENT_NO_FTS5=1`: ~10 % of its CPU, 64 against 80
+turns/s). Now a search indexes what is pending first, so it never misses a
+message; the server indexes every `INDEX_EVERY` s while its hub runs
+(`server/search_indexing.py`), and every open of the store catches up.
 
 The query language (`parse_query`) is deliberately small, so no user text can be an
 FTS5 syntax error: the words of the query, or "quoted phrases", must all occur in
@@ -66,25 +77,24 @@ def text_sql(data: str) -> str:
 
 
 def _triggers() -> str:
+    """A new or changed message is queued (a map row above the indexed ones), a gone one forgotten."""
     key = "conversation_id = old.conversation_id AND item_id = old.id"
     forget = f"""
         DELETE FROM {FTS_TABLE} WHERE rowid = (SELECT id FROM {ROWS_TABLE} WHERE {key});
         DELETE FROM {ROWS_TABLE} WHERE {key};"""
     indexed = INDEXED.format(row="new")
     return f"""
-    CREATE TRIGGER search_items_insert AFTER INSERT ON conversation_items WHEN {indexed}
+    CREATE TRIGGER search_items_queue AFTER INSERT ON conversation_items WHEN {indexed}
     BEGIN
         INSERT INTO {ROWS_TABLE} (conversation_id, item_id) VALUES (new.conversation_id, new.id);
-        INSERT INTO {FTS_TABLE} (rowid, text) VALUES (last_insert_rowid(), {text_sql("new.data")});
     END;
     CREATE TRIGGER search_items_delete AFTER DELETE ON conversation_items
     BEGIN{forget}
     END;
-    CREATE TRIGGER search_items_update AFTER UPDATE OF id, conversation_id, type, role, data
+    CREATE TRIGGER search_items_requeue AFTER UPDATE OF id, conversation_id, type, role, data
         ON conversation_items
     BEGIN{forget}
         INSERT INTO {ROWS_TABLE} (conversation_id, item_id) SELECT new.conversation_id, new.id WHERE {indexed};
-        INSERT INTO {FTS_TABLE} (rowid, text) SELECT last_insert_rowid(), {text_sql("new.data")} WHERE {indexed};
     END;
     """
 
@@ -131,67 +141,45 @@ def _create(conn: sqlite3.Connection) -> None:
     backfill(conn)
 
 
-_TRIGGERS = ("search_items_insert", "search_items_delete", "search_items_update")
+_TRIGGERS = ("search_items_queue", "search_items_delete", "search_items_requeue")
+# before 0013 the insert and update triggers wrote the FTS row themselves, out of id order
+_LEGACY_TRIGGERS = ("search_items_insert", "search_items_update")
 
 
 def _create_triggers(conn: sqlite3.Connection) -> None:
+    for name in _TRIGGERS + _LEGACY_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     for statement in _split(_triggers()):
         conn.execute(statement)
 
 
-def _state(conn: sqlite3.Connection) -> tuple[bool, int]:
-    """(the index table exists, how many of its triggers do)."""
-    marks = ", ".join("?" * len(_TRIGGERS))
-    triggers = conn.execute(f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name IN ({marks})",
-                            _TRIGGERS).fetchone()[0]
-    return has_index(conn), triggers
+def index_in_batches(conn: sqlite3.Connection) -> None:
+    """Migration 0013: the triggers queue messages instead of indexing them (caller's transaction).
 
-
-def reconcile(conn: sqlite3.Connection, write: Callable[[], AbstractContextManager[None]]) -> None:
-    """At every open, after the migrations: the index is live exactly where this SQLite has FTS5.
-
-    One store file may be opened by Pythons built with and without FTS5. A process
-    without it must not meet triggers that write an FTS5 table (every write of an item
-    would fail with "no such module"), so it drops them; the index then falls behind,
-    and the next process with FTS5 puts the triggers back and catches up (rows of gone
-    items removed, new messages indexed). A store migrated without FTS5 gets its index
-    built by the first process that has it. Nothing is written when all is in order.
-    """
-    available = fts5_available(conn)
-    table, triggers = _state(conn)
-    if (available and table and triggers == len(_TRIGGERS)) or (not available and not triggers):
+    Nothing is pending when it runs (the old triggers indexed at once). Without an index there is
+    nothing to change; a Python without FTS5 (on a file indexed by one with it) drops the
+    triggers, as `reconcile` would, and the next process with FTS5 puts the new ones in place."""
+    if not has_index(conn):
         return
-    with write():
-        table, triggers = _state(conn)  # again, inside the lock: another process may have done it
-        if not available:
-            for name in _TRIGGERS:
-                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
-        elif not table:
-            _create(conn)
-        elif triggers < len(_TRIGGERS):
-            for name in _TRIGGERS:
-                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
-            _create_triggers(conn)
-            conn.execute(f"""DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT r.id FROM {ROWS_TABLE} r
-                             WHERE NOT EXISTS (SELECT 1 FROM conversation_items i
-                                 WHERE i.conversation_id = r.conversation_id AND i.id = r.item_id))""")
-            conn.execute(f"""DELETE FROM {ROWS_TABLE} WHERE NOT EXISTS (SELECT 1 FROM conversation_items i
-                             WHERE i.conversation_id = {ROWS_TABLE}.conversation_id AND i.id = {ROWS_TABLE}.item_id)""")
-            backfill(conn)
+    if fts5_available(conn):
+        _create_triggers(conn)
+        index_pending(conn)
+    else:
+        for name in _TRIGGERS + _LEGACY_TRIGGERS:
+            conn.execute(f"DROP TRIGGER IF EXISTS {name}")
 
 
-def backfill(conn: sqlite3.Connection, *, notice_after: float | None = None) -> int:
-    """Index every message not yet indexed, oldest first; returns how many were.
+def pending(conn: sqlite3.Connection) -> bool:
+    """Some message is queued and not indexed yet (two reads of a b-tree's last row)."""
+    top = conn.execute(f"SELECT MAX(id) FROM {ROWS_TABLE}").fetchone()[0]
+    return top is not None and top > conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {FTS_TABLE}").fetchone()[0]
 
-    `notice_after` (default `BACKFILL_NOTICE_AFTER`): seconds after which it says so on stderr.
-    """
+
+def index_pending(conn: sqlite3.Connection, *, notice_after: float | None = None) -> int:
+    """Give its FTS row to every map row above the highest indexed one, in id order (caller's
+    transaction); returns how many. `notice_after`: as `backfill`'s."""
     notice_after = BACKFILL_NOTICE_AFTER if notice_after is None else notice_after
     started = time.monotonic()
-    conn.execute(f"""INSERT INTO {ROWS_TABLE} (conversation_id, item_id)
-                     SELECT i.conversation_id, i.id FROM conversation_items i
-                     WHERE {INDEXED.format(row="i")} AND NOT EXISTS (SELECT 1 FROM {ROWS_TABLE} r
-                         WHERE r.conversation_id = i.conversation_id AND r.item_id = i.id)
-                     ORDER BY i.rowid""")
     first = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {FTS_TABLE}").fetchone()[0]
     total = conn.execute(f"SELECT COUNT(*) FROM {ROWS_TABLE} WHERE id > ?", [first]).fetchone()[0]
     told = False
@@ -211,6 +199,64 @@ def backfill(conn: sqlite3.Connection, *, notice_after: float | None = None) -> 
             print(f"indexing {total} messages…", file=sys.stderr, flush=True)
             told = True
     return total
+
+
+def _state(conn: sqlite3.Connection) -> tuple[bool, int]:
+    """(the index table exists, how many of its triggers do)."""
+    marks = ", ".join("?" * len(_TRIGGERS))
+    triggers = conn.execute(f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name IN ({marks})",
+                            _TRIGGERS).fetchone()[0]
+    return has_index(conn), triggers
+
+
+def reconcile(conn: sqlite3.Connection, write: Callable[[], AbstractContextManager[None]]) -> None:
+    """At every open, after the migrations: the index is live exactly where this SQLite has FTS5.
+
+    One store file may be opened by Pythons built with and without FTS5. A process
+    without it must not meet triggers that write an FTS5 table (every write of an item
+    would fail with "no such module"), so it drops them; the index then falls behind,
+    and the next process with FTS5 puts the triggers back and catches up (rows of gone
+    items removed, new messages indexed). A store migrated without FTS5 gets its index
+    built by the first process that has it. Messages queued by a process that stopped
+    before it indexed them are indexed. Nothing is written when all is in order.
+    """
+    available = fts5_available(conn)
+    table, triggers = _state(conn)
+    if available and table and triggers == len(_TRIGGERS):
+        if pending(conn):  # queued by a process that stopped before it indexed them
+            with write():
+                index_pending(conn)
+        return
+    if not available and not triggers:
+        return
+    with write():
+        table, triggers = _state(conn)  # again, inside the lock: another process may have done it
+        if not available:
+            for name in _TRIGGERS + _LEGACY_TRIGGERS:
+                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+        elif not table:
+            _create(conn)
+        elif triggers < len(_TRIGGERS):
+            _create_triggers(conn)
+            conn.execute(f"""DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT r.id FROM {ROWS_TABLE} r
+                             WHERE NOT EXISTS (SELECT 1 FROM conversation_items i
+                                 WHERE i.conversation_id = r.conversation_id AND i.id = r.item_id))""")
+            conn.execute(f"""DELETE FROM {ROWS_TABLE} WHERE NOT EXISTS (SELECT 1 FROM conversation_items i
+                             WHERE i.conversation_id = {ROWS_TABLE}.conversation_id AND i.id = {ROWS_TABLE}.item_id)""")
+            backfill(conn)
+
+
+def backfill(conn: sqlite3.Connection, *, notice_after: float | None = None) -> int:
+    """Index every message not yet indexed, oldest first; returns how many were.
+
+    `notice_after` (default `BACKFILL_NOTICE_AFTER`): seconds after which it says so on stderr.
+    """
+    conn.execute(f"""INSERT INTO {ROWS_TABLE} (conversation_id, item_id)
+                     SELECT i.conversation_id, i.id FROM conversation_items i
+                     WHERE {INDEXED.format(row="i")} AND NOT EXISTS (SELECT 1 FROM {ROWS_TABLE} r
+                         WHERE r.conversation_id = i.conversation_id AND r.item_id = i.id)
+                     ORDER BY i.rowid""")
+    return index_pending(conn, notice_after=notice_after)
 
 
 def _split(script: str) -> list[str]:

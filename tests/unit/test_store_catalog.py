@@ -161,6 +161,89 @@ def test_every_write_path_keeps_the_index_in_step(store):
         "SELECT COUNT(*) FROM conversation_items WHERE type = 'message' AND role IN ('user', 'assistant')").fetchone()[0]
 
 
+def _index_counts(store: Store) -> tuple[int, int]:
+    """(map rows, FTS rows); also checks the batches' invariant: every map row up to the highest
+    indexed rowid has its FTS row."""
+    conn = store.conn
+    top = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {store_search.FTS_TABLE}").fetchone()[0]
+    assert conn.execute(f"""SELECT COUNT(*) FROM {store_search.ROWS_TABLE} r WHERE r.id <= ? AND NOT EXISTS
+                            (SELECT 1 FROM {store_search.FTS_TABLE} t WHERE t.rowid = r.id)""", [top]).fetchone() == (0,)
+    return tuple(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]  # type: ignore[return-value]
+                 for t in (store_search.ROWS_TABLE, store_search.FTS_TABLE))
+
+
+def test_messages_are_queued_by_the_triggers_and_indexed_in_batches(store):
+    """A turn's transaction only queues its messages (the FTS5 insert, a segment per commit, was the
+    largest single cost of a turn); a search indexes what is queued before it reads."""
+    conv = _conv(store)
+    store.append_item(conv, user("first india"))
+    store.append_item(conv, user("second juliet"))
+    assert _index_counts(store) == (2, 0)  # queued
+    assert _ids(store.search_conversations("india")) == [conv]
+    assert _index_counts(store) == (2, 2)
+    assert store.index_pending_messages() == 0  # nothing left: a read
+    # changed while others are queued: the changed one is queued again, above them, never out of order
+    store.append_item(conv, user("third kilo"))
+    with store._write():
+        store.conn.execute("""UPDATE conversation_items SET data = json_set(data, '$.content[0].text', 'lima')
+                              WHERE conversation_id = ? AND data LIKE '%india%'""", [conv])
+    store.append_item(conv, user("fourth mike"))
+    with store._write():  # a queued one removed before it was indexed
+        store.conn.execute("DELETE FROM conversation_items WHERE data LIKE '%fourth mike%'")
+    assert _index_counts(store) == (3, 1)
+    assert store.index_pending_messages() == 2
+    assert _index_counts(store) == (3, 3)
+    for word, found in (("india", []), ("lima", [conv]), ("kilo", [conv]), ("juliet", [conv]), ("mike", [])):
+        assert _ids(store.search_conversations(word)) == found, word
+    with store._write():  # the highest indexed one removed: the next batch starts below it, and fits
+        store.conn.execute("DELETE FROM conversation_items WHERE data LIKE '%lima%'")
+    store.append_item(conv, user("fifth november"))
+    assert _ids(store.search_conversations("november")) == [conv]
+    assert _index_counts(store) == (3, 3)
+
+
+def test_messages_queued_by_a_process_that_stopped_are_indexed_at_the_next_open(tmp_path: Path):
+    path = tmp_path / "chat.db"
+    with Store(path) as store:
+        conv = _conv(store)
+        store.append_item(conv, user("left queued"))
+        assert _index_counts(store) == (1, 0)
+    with Store(path) as store:
+        assert _index_counts(store) == (1, 1)
+        assert _ids(store.search_conversations("queued")) == [conv]
+
+
+_LEGACY_INSERT_TRIGGER = f"""CREATE TRIGGER search_items_insert AFTER INSERT ON conversation_items
+    WHEN {store_search.INDEXED.format(row="new")}
+    BEGIN
+        INSERT INTO {store_search.ROWS_TABLE} (conversation_id, item_id) VALUES (new.conversation_id, new.id);
+        INSERT INTO {store_search.FTS_TABLE} (rowid, text) VALUES (last_insert_rowid(),
+                                                                   {store_search.text_sql("new.data")});
+    END"""
+
+
+def test_0013_puts_queueing_triggers_in_place_of_the_indexing_ones(tmp_path: Path):
+    """A store indexed by the triggers before 0013 keeps every message findable and queues from then on."""
+    path = tmp_path / "chat.db"
+    with Store(path) as store:
+        conv = _conv(store)
+        with store._write():  # as before 0013: the insert trigger indexed at once
+            for name in ("search_items_queue", "search_items_requeue"):
+                store.conn.execute(f"DROP TRIGGER {name}")
+            store.conn.execute(_LEGACY_INSERT_TRIGGER)
+            store.conn.execute("DELETE FROM additive_migrations WHERE name = '0013_search_index_in_batches'")
+        store.append_item(conv, user("indexed at once"))
+        assert _index_counts(store) == (1, 1)
+    with Store(path) as store:
+        triggers = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        assert triggers == {"search_items_queue", "search_items_delete", "search_items_requeue"}
+        assert "0013_search_index_in_batches" in {r[0] for r in store.conn.execute(
+            "SELECT name FROM additive_migrations")}
+        store.append_item(conv, user("queued now"))
+        assert _index_counts(store) == (2, 1)
+        assert _ids(store.search_conversations("once")) == _ids(store.search_conversations("queued")) == [conv]
+
+
 def _pre_search_store(path: Path, conversations: int, per_conv: int) -> None:
     """A store at the schema before 0010, filled with raw SQL (as 0.1.0 wrote: string and part content)."""
     conn = sqlite3.connect(path)
@@ -389,3 +472,41 @@ def test_the_0_1_0_store_upgrades_searches_forks_and_deletes(tmp_path: Path):
         store.delete_conversation(failed["id"])
         assert store.search_conversations("legacy answer 9.0")[0]["id"] == fork["id"]
         assert store.conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+def test_a_search_that_cannot_index_what_is_queued_searches_what_is_indexed(store, monkeypatch):
+    """A full disk (or a lock held past the busy timeout) fails the batch, not the search."""
+    conv = _conv(store)
+    store.append_item(conv, user("indexed oscar"))
+    assert _ids(store.search_conversations("oscar")) == [conv]
+    store.append_item(conv, user("queued papa"))
+
+    def full_disk() -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "index_pending_messages", full_disk)
+    assert _ids(store.search_conversations("oscar")) == [conv]
+    assert store.search_conversations("papa") == []
+    monkeypatch.undo()
+    assert _ids(store.search_conversations("papa")) == [conv]
+
+
+def test_0013_on_a_python_without_fts5_drops_the_triggers_and_the_next_one_puts_the_new_ones(
+        tmp_path: Path, monkeypatch):
+    path = tmp_path / "chat.db"
+    with Store(path) as store:
+        conv = _conv(store)
+        with store._write():  # indexed by the triggers before 0013
+            for name in ("search_items_queue", "search_items_requeue"):
+                store.conn.execute(f"DROP TRIGGER {name}")
+            store.conn.execute(_LEGACY_INSERT_TRIGGER)
+            store.conn.execute("DELETE FROM additive_migrations WHERE name = '0013_search_index_in_batches'")
+        store.append_item(conv, user("before quebec"))
+    monkeypatch.setenv(store_search.NO_FTS5_ENV, "1")
+    with Store(path) as store:
+        assert store.conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'").fetchone() == (0,)
+        store.append_item(conv, user("while off romeo"))
+    monkeypatch.delenv(store_search.NO_FTS5_ENV)
+    with Store(path) as store:
+        assert _ids(store.search_conversations("quebec")) == _ids(store.search_conversations("romeo")) == [conv]
+        assert _index_counts(store) == (2, 2)
