@@ -4,6 +4,7 @@ replay after a server restart on the same store, and a turn left by a dead proce
 from __future__ import annotations
 
 import json
+from contextlib import asynccontextmanager
 
 import httpx
 import trio
@@ -45,32 +46,39 @@ async def one_turn(server, sid: str) -> int:
         return (await client.get_session(sid))["last_sequence_number"]
 
 
-async def test_sse_sends_ids_and_honours_last_event_id_and_after(nursery, tmp_path, bundle):  # noqa: F811
+@asynccontextmanager
+async def _served_session(nursery, tmp_path, bundle):  # noqa: F811
+    """A server on a fresh store, a fake runner online, and one session: (server, session id)."""
     store = Store(tmp_path / "chat.db")
     server = await start_server(nursery, store, runner_wait=2.0)
     try:
         async with fake_runner(server):
             async with OmnigentClient(server.url) as client:
                 sid = (await client.create_session(bundle))["id"]
-            last = await one_turn(server, sid)
-            with trio.fail_after(LIMIT):
-                full = await sse_events(server.url, sid, until=last, params={"after": 0})
-            greeting, *logged = full
-            assert greeting == (None, {"type": ev.HEARTBEAT, "session_id": sid, "sequence_number": last})
-            assert [int(i) for i, _ in logged] == [e["sequence_number"] for _, e in logged] == list(range(1, last + 1))
-            with trio.fail_after(LIMIT):
-                resumed = await sse_events(server.url, sid, until=last, headers={"Last-Event-ID": "3"})
-            assert [e["sequence_number"] for _, e in resumed[1:]] == list(range(4, last + 1))
-            with trio.fail_after(LIMIT):  # ?after= wins over the header
-                both = await sse_events(server.url, sid, until=last, params={"after": last - 1},
-                                        headers={"Last-Event-ID": "1"})
-            assert [e["sequence_number"] for _, e in both[1:]] == [last]
-            async with httpx.AsyncClient(base_url=server.url) as http:
-                bad = await http.get(f"/v1/sessions/{sid}/stream", headers={"Last-Event-ID": "x"})
-            assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_input"
+            yield server, sid
     finally:
         await server.aclose()
         store.close()
+
+
+async def test_sse_sends_ids_and_honours_last_event_id_and_after(nursery, tmp_path, bundle):  # noqa: F811
+    async with _served_session(nursery, tmp_path, bundle) as (server, sid):
+        last = await one_turn(server, sid)
+        with trio.fail_after(LIMIT):
+            full = await sse_events(server.url, sid, until=last, params={"after": 0})
+        greeting, *logged = full
+        assert greeting == (None, {"type": ev.HEARTBEAT, "session_id": sid, "sequence_number": last})
+        assert [int(i) for i, _ in logged] == [e["sequence_number"] for _, e in logged] == list(range(1, last + 1))
+        with trio.fail_after(LIMIT):
+            resumed = await sse_events(server.url, sid, until=last, headers={"Last-Event-ID": "3"})
+        assert [e["sequence_number"] for _, e in resumed[1:]] == list(range(4, last + 1))
+        with trio.fail_after(LIMIT):  # ?after= wins over the header
+            both = await sse_events(server.url, sid, until=last, params={"after": last - 1},
+                                    headers={"Last-Event-ID": "1"})
+        assert [e["sequence_number"] for _, e in both[1:]] == [last]
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            bad = await http.get(f"/v1/sessions/{sid}/stream", headers={"Last-Event-ID": "x"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_input"
 
 
 async def test_websocket_after_replays_then_tails_with_no_gap_or_duplicate(nursery, tmp_path, bundle):  # noqa: F811
@@ -171,29 +179,21 @@ async def test_an_sse_stream_outlives_the_frameworks_response_timeout(nursery, t
         return app
 
     monkeypatch.setattr(app_module, "create_app", short_bound)
-    store = Store(tmp_path / "chat.db")
-    server = await start_server(nursery, store, runner_wait=2.0)
-    try:
-        async with fake_runner(server):
-            async with OmnigentClient(server.url) as client:
-                sid = (await client.create_session(bundle))["id"]
-            with trio.fail_after(LIMIT):
-                async with httpx.AsyncClient(base_url=server.url, timeout=LIMIT) as http:
-                    async with http.stream("GET", f"/v1/sessions/{sid}/stream") as resp:
-                        lines = resp.aiter_lines()
-                        async for line in lines:  # the greeting: the stream is open
-                            if line.startswith("data: {"):
-                                assert json.loads(line[6:])["type"] == ev.HEARTBEAT
+    async with _served_session(nursery, tmp_path, bundle) as (server, sid):
+        with trio.fail_after(LIMIT):
+            async with httpx.AsyncClient(base_url=server.url, timeout=LIMIT) as http:
+                async with http.stream("GET", f"/v1/sessions/{sid}/stream") as resp:
+                    lines = resp.aiter_lines()
+                    async for line in lines:  # the greeting: the stream is open
+                        if line.startswith("data: {"):
+                            assert json.loads(line[6:])["type"] == ev.HEARTBEAT
+                            break
+                    await trio.sleep(0.6)  # twice the bound: not a wait for anything, time passing
+                    last = await one_turn(server, sid)
+                    seen = []
+                    async for line in lines:
+                        if line.startswith("data: {"):
+                            seen.append(json.loads(line[6:])["sequence_number"])
+                            if seen[-1] == last:
                                 break
-                        await trio.sleep(0.6)  # twice the bound: not a wait for anything, time passing
-                        last = await one_turn(server, sid)
-                        seen = []
-                        async for line in lines:
-                            if line.startswith("data: {"):
-                                seen.append(json.loads(line[6:])["sequence_number"])
-                                if seen[-1] == last:
-                                    break
-            assert seen[-1] == last
-    finally:
-        await server.aclose()
-        store.close()
+        assert seen[-1] == last
