@@ -71,8 +71,8 @@ class CatalogMixin(Tables):
     def index_pending_messages(self) -> int:
         """Index the messages the search triggers queued (store/search.py); returns how many.
 
-        A read when nothing is queued, else one write transaction (a search, the server's
-        `search_indexing` task and every open call it)."""
+        A read when nothing is queued, else one write transaction. A search and the server's
+        `search_indexing` task call it; every open catches up through `search.reconcile`."""
         if self.search_mode != MODE_FTS5 or not pending(self.conn):
             return 0
         with self._write():
