@@ -146,9 +146,13 @@ _TRIGGERS = ("search_items_queue", "search_items_delete", "search_items_requeue"
 _LEGACY_TRIGGERS = ("search_items_insert", "search_items_update")
 
 
-def _create_triggers(conn: sqlite3.Connection) -> None:
+def _drop_triggers(conn: sqlite3.Connection) -> None:
     for name in _TRIGGERS + _LEGACY_TRIGGERS:
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+def _create_triggers(conn: sqlite3.Connection) -> None:
+    _drop_triggers(conn)
     for statement in _split(_triggers()):
         conn.execute(statement)
 
@@ -165,8 +169,7 @@ def index_in_batches(conn: sqlite3.Connection) -> None:
         _create_triggers(conn)
         index_pending(conn)
     else:
-        for name in _TRIGGERS + _LEGACY_TRIGGERS:
-            conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+        _drop_triggers(conn)
 
 
 def pending(conn: sqlite3.Connection) -> bool:
@@ -232,8 +235,7 @@ def reconcile(conn: sqlite3.Connection, write: Callable[[], AbstractContextManag
     with write():
         table, triggers = _state(conn)  # again, inside the lock: another process may have done it
         if not available:
-            for name in _TRIGGERS + _LEGACY_TRIGGERS:
-                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+            _drop_triggers(conn)
         elif not table:
             _create(conn)
         elif triggers < len(_TRIGGERS):
