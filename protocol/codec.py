@@ -14,6 +14,7 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from .errors import ProtocolError
@@ -80,48 +81,68 @@ def decode(raw: str | bytes) -> Frame:
 
 
 def _build(cls: type[Frame], data: dict[str, Any]) -> Frame:
-    hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    extra = set(data) - set(fields)
-    if extra:
+    schema = _SCHEMAS.get(cls) or _schema(cls)
+    if not schema.names.issuperset(data):
+        extra = set(data) - schema.names
         raise ProtocolError(f"{cls.kind}: unexpected field {sorted(extra)[0]!r}")
-    for name, f in fields.items():
+    for name, required, check, hint in schema.fields:
         if name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if required:
                 raise ProtocolError(f"{cls.kind}: missing field {name!r}")
             continue
-        if not _matches(data[name], hints[name]):
-            raise ProtocolError(f"{cls.kind}: field {name!r} must be {_describe(hints[name])}")
+        if check is not None and not check(data[name]):
+            raise ProtocolError(f"{cls.kind}: field {name!r} must be {_describe(hint)}")
     return cls(**data)
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+class _Schema(typing.NamedTuple):
+    """What `_build` checks of one frame class, worked out once from its type hints: each
+    decode then runs only the checks (a frame a turn, every turn, on the server's loop)."""
+
+    names: frozenset[str]
+    fields: tuple[tuple[str, bool, Callable[[Any], bool] | None, Any], ...]  # name, required, check, hint
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
+_SCHEMAS: dict[type, _Schema] = {}
 
 
-def _matches(value: Any, hint: Any) -> bool:
+def _schema(cls: type) -> _Schema:
+    hints = typing.get_type_hints(cls)
+    fields = tuple(
+        (f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+         _checker(hints[f.name]), hints[f.name])
+        for f in dataclasses.fields(cls))
+    schema = _SCHEMAS[cls] = _Schema(frozenset(name for name, *_ in fields), fields)
+    return schema
+
+
+def _checker(hint: Any) -> Callable[[Any], bool] | None:
+    """A predicate for values of `hint` as JSON decodes them (None: anything goes).
+
+    bool is not an int or a float here, although Python's isinstance says it is."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, h) for h in typing.get_args(hint))
+        checks = [_checker(h) for h in typing.get_args(hint)]
+        if any(c is None for c in checks):
+            return None
+        return lambda value: any(c(value) for c in checks)  # type: ignore[misc]
     if hint is type(None):
-        return value is None
+        return lambda value: value is None
     if hint is Any:
-        return True
+        return None
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return lambda value: isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return lambda value: isinstance(value, int) and not isinstance(value, bool)
     if origin is list:
         (item,) = typing.get_args(hint)
-        return isinstance(value, list) and all(_matches(v, item) for v in value)
+        each = _checker(item)
+        if each is None:
+            return lambda value: isinstance(value, list)
+        return lambda value: isinstance(value, list) and all(map(each, value))
     if origin is dict:
-        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
-    return isinstance(value, hint)
+        return lambda value: isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    return lambda value: isinstance(value, hint)
 
 
 def _describe(hint: Any) -> str:

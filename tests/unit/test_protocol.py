@@ -55,6 +55,13 @@ def _raw(**data):
         (_raw(kind="hello", runner_id="r", pid=1.5, protocol_version=1, harnesses=[]), "field 'pid'"),
         (_raw(kind="hello", runner_id="r", pid=1, protocol_version=1, harnesses=[1]), "field 'harnesses'"),
         (_raw(kind="turn.failed", turn_id="t", code=None, message="m"), "field 'code'"),
+        (_raw(kind="hello", runner_id="r", pid=True, protocol_version=1, harnesses=[]), "field 'pid' must be int"),
+        (_raw(kind="turn.start", turn_id="t", session_id="s", attempt=1, agent={}, input=[{}, 1], model="m"),
+         "field 'input' must be list"),
+        (_raw(kind="turn.start", turn_id="t", session_id="s", attempt=1, agent={}, input=[], model="m",
+              reasoning_effort=3), "field 'reasoning_effort' must be str | None"),
+        (_raw(kind="turn.completed", turn_id="t", response_id="r", output=[], usage=[]), "field 'usage'"),
+        (_raw(kind="host.runner_exited", runner_id="r", code=False, signal=None, reason=""), "field 'code'"),
     ],
 )
 def test_malformed_frames_raise_one_error(raw, needle):
