@@ -92,6 +92,11 @@ class Tables:
     def _write(self) -> contextlib.AbstractContextManager[None]:
         return write_transaction(self.conn)
 
+    def _write_one(self) -> contextlib.AbstractContextManager[None]:
+        """`_write` for a write of one statement: inside an open transaction it needs no savepoint
+        (SQLite undoes a failed statement by itself), so it joins as it is."""
+        return write_transaction(self.conn)
+
     # Reads go straight to the connection: sqlite-utils' `query` wraps each one in a
     # SAVEPOINT/RELEASE pair (for writes with RETURNING, which the store never reads
     # through these), three statements where one does. A turn makes ~25 reads.

@@ -61,7 +61,7 @@ class ClaimsMixin(Tables):
             ).rowcount)
 
     def release_claim(self, conv_id: str, owner: ClaimOwner) -> bool:
-        with self._write():
+        with self._write_one():
             return bool(self.db.execute(
                 """DELETE FROM conversation_claims WHERE conversation_id = ?
                    AND owner_pid = ? AND owner_started = ? AND owner_token = ?""",

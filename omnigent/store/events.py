@@ -59,6 +59,12 @@ class EventsMixin(Tables):
             return _savepoint(self.conn)
         return write_transaction(self.conn)
 
+    def _write_one(self) -> contextlib.AbstractContextManager[None]:
+        # one statement is atomic by itself: a SAVEPOINT/RELEASE pair around it bought nothing
+        if self._event_tx:
+            return contextlib.nullcontext()
+        return write_transaction(self.conn)
+
     @contextlib.contextmanager
     def event_transaction(self) -> Iterator[None]:
         """One `BEGIN IMMEDIATE` that every store write inside it joins (nested: a savepoint)."""

@@ -135,7 +135,7 @@ class TurnsMixin(Tables):
         `generation` is the session's ownership generation this attempt is
         dispatched under. Raises ConflictError if the turn already ended.
         """
-        with self._write():
+        with self._write_one():
             # the update first: on the way every dispatch takes, one statement, not a read and a write
             # (TURN_OPEN is every status but the terminal ones)
             if not self.db.execute(
@@ -159,7 +159,7 @@ class TurnsMixin(Tables):
         """
         if status not in TURN_STATUSES - {"queued", "running", "waiting"}:
             raise ValueError(f"cannot finish a turn as {status!r}")
-        with self._write():
+        with self._write_one():
             sql = f"""UPDATE turns SET status = ?, error = ?, ended_at = ?
                       WHERE id = ? AND status IN ({", ".join("?" * len(TURN_OPEN))})"""
             params: list[Any] = [status, error, self._clock(), turn_id, *TURN_OPEN]

@@ -625,6 +625,32 @@ def test_turn_lifecycle(store: Store, conv: dict):
         store.start_turn(turn["id"], "runner_c")
 
 
+def test_one_statement_writes_join_an_event_transaction_without_a_savepoint(store: Store, conv: dict):
+    """Inside an event transaction a write of one statement needs no savepoint: one that fails (or
+    refuses) leaves the transaction's other writes in place, and they commit together."""
+    turn = store.create_turn(conv["id"], None)
+    ended = store.create_turn(conv["id"], None)
+    store.finish_turn(ended["id"], "cancelled")
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    with store.event_transaction():
+        store.append_events(conv["id"], [{"type": "session.status", "status": "running"}])
+        running = store.start_turn(turn["id"], "runner_a", 1)
+        with pytest.raises(ConflictError):
+            store.start_turn(ended["id"], "runner_a", 1)  # refused: nothing of it is written
+        with pytest.raises(sqlite3.IntegrityError):  # fails inside SQLite, which undoes that statement
+            store.conn.execute("INSERT INTO turns (id, conversation_id, status, created_at) VALUES (?, ?, ?, 0)",
+                               [turn["id"], conv["id"], "queued"])
+        done = store.finish_turn(turn["id"], "completed")
+    store.conn.set_trace_callback(None)
+    assert running["status"] == "running" and done["status"] == "completed"
+    assert not [s for s in statements if s.startswith("SAVEPOINT")], statements
+    assert statements.count("BEGIN IMMEDIATE") == 1
+    assert store.get_turn(turn["id"])["status"] == "completed"
+    assert store.get_turn(ended["id"])["status"] == "cancelled"
+    assert [e["type"] for e in store.read_events(conv["id"], 0)] == ["session.status"]
+
+
 def test_turn_errors(store: Store, conv: dict):
     turn = store.create_turn(conv["id"], None)
     with pytest.raises(ValueError):
