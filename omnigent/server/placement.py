@@ -18,6 +18,7 @@ What it guarantees:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -140,8 +141,11 @@ class Placement:
 
     # --- finding a session's runner -------------------------------------------
 
-    async def runner_for(self, session_id: str) -> RunnerConn:
+    async def runner_for(self, session_id: str) -> tuple[RunnerConn, dict[str, Any] | None]:
         """The session's runner if online, else bind the least loaded (compare-and-set), waiting a bounded time.
+
+        With it, the session's row as read to find a runner already bound, current (no checkpoint
+        since: the caller's attempt need not read it again); None when it bound one (the row changed).
 
         A session pinned to a host whose link is down waits at least until that host's grace
         ends; then it fails with `host_unavailable` (server/registry.py, affinity).
@@ -158,12 +162,12 @@ class Placement:
                            f"came online within {self.runner_wait:g} s", "host_unavailable")
         raise NoRunner(f"no runner came online within {self.runner_wait:g} s")
 
-    async def _find_runner(self, session_id: str) -> RunnerConn:
+    async def _find_runner(self, session_id: str) -> tuple[RunnerConn, dict[str, Any] | None]:
         while True:
             conv = self.store.get_conversation(session_id, counts=False)
             bound = conv.get("runner_id") if conv else None
             if bound and bound in self.registry.online:
-                return self.registry.online[bound]
+                return self.registry.online[bound], conv
             # a runner lost in this server's life is replaced by runner_left/joined
             # (with the notices); only unbound, stale or left-behind bindings are taken here
             adoptable = bound is None or bound not in self.registry.departed or bound in self._handled
@@ -172,7 +176,7 @@ class Placement:
             if loads:
                 conn = _least_loaded(loads)
                 if self.store.bind_runner(session_id, conn.runner_id, expected=bound):
-                    return conn
+                    return conn, None
                 continue  # someone else rebound it: re-read
             if self.registry.gave_up:
                 raise NoRunner(f"runners cannot stay up: {self.registry.gave_up}")

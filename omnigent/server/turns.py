@@ -274,13 +274,13 @@ class TurnService(TakeoversMixin):
                 self._cancelled(session_id, turn_id)
                 return
             try:
-                conn = await self.placement.runner_for(session_id)
+                conn, conv = await self.placement.runner_for(session_id)
             except NoRunner as exc:
                 self._retrying.discard(session_id)
                 self._fail(session_id, turn_id, exc.code, str(exc))
                 return
             self._retrying.discard(session_id)
-            outcome = await self._attempt(session_id, turn_id, conn)
+            outcome = await self._attempt(session_id, turn_id, conn, conv)
             while outcome == "lost":  # a runner that outlives its link may come back for it
                 claimed = await self._reclaim(session_id, turn_id, conn)
                 if claimed == "cancelled":
@@ -329,9 +329,13 @@ class TurnService(TakeoversMixin):
                         len(recent), self.loss_window, recent[0] + self.loss_window - trio.current_time())
             await trio.sleep_until(recent[0] + self.loss_window)
 
-    async def _attempt(self, session_id: str, turn_id: str, conn: RunnerConn) -> str:
-        """Dispatch one attempt to `conn` and run the turn's steps on it: completed, failed, lost or moved."""
-        conv = self.store.get_conversation(session_id, counts=False) or {}  # gone: fail cleanly
+    async def _attempt(self, session_id: str, turn_id: str, conn: RunnerConn,
+                       conv: dict[str, Any] | None = None) -> str:
+        """Dispatch one attempt to `conn` and run the turn's steps on it: completed, failed, lost or moved.
+
+        `conv`: the session's row as placement read it, current (None reads it)."""
+        if conv is None:
+            conv = self.store.get_conversation(session_id, counts=False) or {}  # gone: fail cleanly
         generation = int(conv.get("generation") or 0)
         with self.hub.transaction(session_id) as tx:  # the attempt and its events commit together (events)
             turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid(), generation=generation)
