@@ -48,7 +48,7 @@ class Claims:
         """Wait until this turn service holds the conversation's claim (cancellable: nothing held yet).
 
         `on_wait` is called once, if it has to wait (it must not block)."""
-        if self.store.holds_claim(session_id, self.owner, turn_id=turn_id, for_at_least=LEASE - RENEW_EVERY):
+        if self.holds(session_id, turn_id):
             return  # taken with the turn's message (`queue_message`): a read, nothing written
         waited = False
         while not self.store.claim_conversation(session_id, self.owner, turn_id=turn_id, lease=LEASE):
@@ -58,6 +58,10 @@ class Claims:
                 if on_wait is not None:
                     on_wait()
             await trio.sleep(POLL_EVERY)
+
+    def holds(self, session_id: str, turn_id: str) -> bool:
+        """This service holds the conversation's claim for `turn_id`, as `queue_message` takes it (a read)."""
+        return self.store.holds_claim(session_id, self.owner, turn_id=turn_id, for_at_least=LEASE - RENEW_EVERY)
 
     def queue_message(self, session_id: str, item: dict, *,
                       approval_timeout: float | None = None) -> tuple[dict, dict]:

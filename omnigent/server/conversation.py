@@ -18,8 +18,6 @@ from typing import Any
 
 from quart import request
 
-from protocol import events as ev
-
 from ..config.timeline import mark
 from ..config.tuning import Tuning, tuning_from_env
 from ..store.errors import NotFoundError
@@ -53,10 +51,8 @@ def register(app: Any, state: ServerState) -> None:
         files.reject_attachments(data.get("content"), store, conv)
         content = _content(data.get("content"))
         # stored now, or once the turn this one waits behind has answered (recovery, issue 7 §10)
-        with state.hub.transaction(session_id) as tx:  # the message and its event commit together
-            item, turn = state.turns.claims.queue_message(
-                session_id, {"type": "message", "role": "user", "content": content}, approval_timeout=timeout)
-            tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+        item, turn = state.turns.queue_message(  # the message and its events commit together
+            session_id, {"type": "message", "role": "user", "content": content}, approval_timeout=timeout)
         mark(f"turn.stored:{turn['id']}")
         state.turns.submit(session_id)
         return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202

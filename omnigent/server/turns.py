@@ -109,12 +109,52 @@ class TurnService(TakeoversMixin):
         self._reconnects = Reconnects(store, registry, self.adoptions, reconnect_grace)  # a dropped link, mid-turn
         self._moved: set[str] = set()  # sessions rebound while a turn ran: its runner's frames are refused
         self._workers: dict[str, tuple[trio.CancelScope, trio.Event]] = {}  # session -> its worker (scope, done)
+        # sessions whose new turn's attempt started with its message (`queue_message`), for their
+        # worker to follow: the turn's row as started, the runner it went to, the session's row
+        self._started: dict[str, tuple[dict[str, Any], RunnerConn, dict[str, Any]]] = {}
         self.waits = ApprovalWaits()
         self.gate = ToolGate(store, hub, self.waits)
         self.loop = AgentLoop(store, hub, self._outcomes, self.gate, self._has_moved, self._moved.discard,
                               self.claims.release_with_end)
 
     # --- entry points -------------------------------------------------------
+
+    def queue_message(self, session_id: str, item: dict[str, Any], *,
+                      approval_timeout: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What a posted user message does, in one transaction: the message, its queued turn (with
+        the conversation's claim when it is idle, `Claims.queue_message`) and `input.consumed`;
+        `submit` follows. Returns (the item, the turn).
+
+        When nothing of the session is in flight in this service, the claim was taken and the
+        session's runner is online, the turn's first attempt starts in the same transaction, as
+        the worker would start it at once (`_attempt`): one write transaction a turn fewer, and
+        the worker goes straight to the TurnStart. A crash after it leaves a running turn, as
+        one just after an attempt's start always did (it is interrupted and retried)."""
+        started = None
+        with self.hub.transaction(session_id) as tx:  # the message and its events commit together
+            item, turn = self.claims.queue_message(session_id, item, approval_timeout=approval_timeout)
+            tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+            placed = self._placed_at_once(session_id, turn["id"])
+            if placed is not None:
+                conn, conv = placed
+                turn = self._start_attempt(tx, session_id, turn["id"], conn, conv)
+                started = (turn, conn, conv)
+        if started is not None:  # committed: the session's worker follows that attempt
+            self._started[session_id] = started
+        return item, turn
+
+    def _placed_at_once(self, session_id: str, turn_id: str) -> tuple[RunnerConn, dict[str, Any]] | None:
+        """Where `queue_message` starts the new turn's attempt (its runner and the session's row), or
+        None when that is the worker's to decide."""
+        if session_id in self._serving or session_id in self._started or self.adoptions.expects_session(session_id):
+            return None  # a worker (or its turn) is here: it takes the queue as ever
+        if not self.claims.holds(session_id, turn_id):
+            return None  # busy: the turn waits behind another (here or in another process)
+        conv = self.store.get_conversation(session_id, counts=False)
+        conn = self.registry.online.get(conv.get("runner_id") or "") if conv else None
+        if conv is None or conn is None:
+            return None  # no runner bound and online: placement binds one, or waits (the worker's)
+        return conn, conv
 
     def submit(self, session_id: str) -> None:
         """A turn was queued for this session: start its worker, unless one runs (it reads the
@@ -140,7 +180,7 @@ class TurnService(TakeoversMixin):
         active = self._active.get(session_id)
         if active is not None and active.waiting_for is not None:
             return "waiting"  # for a person's answer to an approval
-        if active is not None or self.store.next_queued_turn(session_id):
+        if active is not None or session_id in self._started or self.store.next_queued_turn(session_id):
             return "running"
         return "idle"
 
@@ -212,11 +252,14 @@ class TurnService(TakeoversMixin):
                 self._serving.discard(session_id)
                 self._retrying.discard(session_id)
                 self._moved.discard(session_id)
+                self._started.pop(session_id, None)
                 done.set()
 
     async def _worker(self, session_id: str) -> None:
         while True:
-            turn = self._adopted_turn(session_id) or self.store.next_own_queued_turn(session_id, os.getpid())
+            started = self._started.pop(session_id, None)  # its attempt began with its message
+            turn = (started[0] if started is not None else
+                    self._adopted_turn(session_id) or self.store.next_own_queued_turn(session_id, os.getpid()))
             if turn is None:
                 # Idle: the worker ends and the next `submit` starts another. No checkpoint since
                 # the read, so no turn queued meanwhile is missed; and a server that has served
@@ -232,10 +275,10 @@ class TurnService(TakeoversMixin):
                 async with self.claims.renewed(session_id, turn["id"], on_cancel_request=partial(
                         self._nursery.start_soon, self.interrupt, session_id)):
                     self.store.place_pending(session_id, turn["input_item_id"])
-                    if self.adoptions.expects(turn["id"]):
+                    if started is None and self.adoptions.expects(turn["id"]):
                         await self._recover(session_id, turn)
                     else:
-                        await self._run_turn(session_id, turn)
+                        await self._run_turn(session_id, turn, started=started)
             except ClaimLost:  # its message went to the other process's turn, which answers it
                 self._fail(session_id, turn["id"], "overtaken",
                            "this process stalled and another one took over the conversation; "
@@ -265,22 +308,31 @@ class TurnService(TakeoversMixin):
         except (sqlite3.Error, KeyError, TypeError) as exc:  # the end itself must still be stored
             log.error("turn %s: could not close its open steps: %s", turn_id, exc)
 
-    async def _run_turn(self, session_id: str, turn: dict[str, Any], losses: list[float] | None = None) -> None:
+    async def _run_turn(self, session_id: str, turn: dict[str, Any], losses: list[float] | None = None, *,
+                        started: tuple[dict[str, Any], RunnerConn, dict[str, Any]] | None = None) -> None:
+        """Run the turn's attempts until one ends it. `started`: its first attempt, begun with its
+        message (`queue_message`): followed on that runner, gone meanwhile or not (then it is lost)."""
         turn_id = turn["id"]
         losses = [] if losses is None else losses  # when each runner was lost under this turn
         while True:
-            if not await self._wait(session_id, self._pace(losses)):
+            if started is not None:
+                row, conn, conv = started
+                started = None
+                outcome = await self._follow(session_id, turn_id, conn, conn.open_turn(turn_id), adopted=False,
+                                             conv=conv, turn=row)
+            elif not await self._wait(session_id, self._pace(losses)):
                 self._retrying.discard(session_id)
                 self._cancelled(session_id, turn_id)
                 return
-            try:
-                conn, conv = await self.placement.runner_for(session_id)
-            except NoRunner as exc:
+            else:
+                try:
+                    conn, placed = await self.placement.runner_for(session_id)
+                except NoRunner as exc:
+                    self._retrying.discard(session_id)
+                    self._fail(session_id, turn_id, exc.code, str(exc))
+                    return
                 self._retrying.discard(session_id)
-                self._fail(session_id, turn_id, exc.code, str(exc))
-                return
-            self._retrying.discard(session_id)
-            outcome = await self._attempt(session_id, turn_id, conn, conv)
+                outcome = await self._attempt(session_id, turn_id, conn, placed)
             while outcome == "lost":  # a runner that outlives its link may come back for it
                 claimed = await self._reclaim(session_id, turn_id, conn)
                 if claimed == "cancelled":
@@ -336,15 +388,21 @@ class TurnService(TakeoversMixin):
         `conv`: the session's row as placement read it, current (None reads it)."""
         if conv is None:
             conv = self.store.get_conversation(session_id, counts=False) or {}  # gone: fail cleanly
-        generation = int(conv.get("generation") or 0)
         with self.hub.transaction(session_id) as tx:  # the attempt and its events commit together (events)
-            turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid(), generation=generation)
-            self.loop.begin_first_step(session_id, turn)  # a fresh turn's model step 0 with it
-            tx.publish(ev.SESSION_STATUS, status="running", turn_id=turn_id)
-            tx.publish(ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"], runner_id=conn.runner_id)
+            turn = self._start_attempt(tx, session_id, turn_id, conn, conv)
         # the rows just read and written go on as they are: nothing ran in between (no checkpoint)
         return await self._follow(session_id, turn_id, conn, conn.open_turn(turn_id), adopted=False,
                                   conv=conv, turn=turn)
+
+    def _start_attempt(self, tx: Any, session_id: str, turn_id: str, conn: RunnerConn,
+                       conv: dict[str, Any]) -> dict[str, Any]:
+        """An attempt's start inside the transaction `tx`: the turn running on `conn` under the session's
+        generation, a fresh turn's first step with it, and their events; the turn's row."""
+        turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid(), generation=int(conv.get("generation") or 0))
+        self.loop.begin_first_step(session_id, turn)  # a fresh turn's model step 0 with it
+        tx.publish(ev.SESSION_STATUS, status="running", turn_id=turn_id)
+        tx.publish(ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"], runner_id=conn.runner_id)
+        return turn
 
     async def _follow(self, session_id: str, turn_id: str, conn: RunnerConn,
                       frames: trio.MemoryReceiveChannel[Any], *, adopted: bool = True,

@@ -552,14 +552,12 @@ _NOT_GIVEN: Any = object()
 
 def post_message(state: ServerState, session_id: str, text: str,
                  approval_timeout: float | None = _NOT_GIVEN) -> dict[str, Any]:
-    """What `POST /v1/sessions/<id>/events` with a user message does; returns the turn row."""
+    """What `POST /v1/sessions/<id>/events` with a user message does (`TurnService.queue_message`,
+    then `submit`); returns the turn row. Not given, `approval_timeout` is
+    stored as null (until answered), as the route stores it when a client sends null."""
     user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-    if approval_timeout is _NOT_GIVEN:
-        item = state.store.append_item(session_id, user)
-        turn = state.store.create_turn(session_id, item["id"])
-    else:
-        item, turn = state.store.queue_message(session_id, user, approval_timeout=approval_timeout)
-    state.hub.publish(session_id, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+    _item, turn = state.turns.queue_message(
+        session_id, user, approval_timeout=None if approval_timeout is _NOT_GIVEN else approval_timeout)
     state.turns.submit(session_id)
     return turn
 

@@ -1,8 +1,9 @@
 """What one turn costs the store: its write transactions and statements, counted (not timed).
 
 A plain turn (one model step, no tools) on the server pieces with a stored event log,
-as a server runs them: the message and its event (the route's one transaction), the
-conversation's claim, the attempt's start with its first step and events, and the answer
+as a server runs them: the message, its turn, the conversation's claim, the attempt's
+start with its first step, and their events (the route's one transaction, when the
+session is idle and its runner online: `TurnService.queue_message`), then the answer
 with the turn's end, its events, the text the runner streamed and the claim's release.
 Each of these is one write transaction; nothing else writes. The counts are read with
 `sqlite3`'s trace callback on the store's connection.
@@ -27,16 +28,14 @@ TIMEOUT = 60  # virtual seconds
 async def _turn(h: Harness, sid: str, text: str) -> dict[str, Any]:
     """What `POST /v1/sessions/<id>/events` with a message does (server/conversation.py), then its end."""
     user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-    with h.hub.transaction(sid) as tx:
-        item, turn = h.store.queue_message(sid, user)
-        tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+    _item, turn = h.turns.queue_message(sid, user)
     h.turns.submit(sid)
     await h.until_terminal(sid, turn["id"])
     await h.settle()  # the worker has left the turn (and its claim) and waits for the next
     return turn
 
 
-async def test_a_turn_makes_four_write_transactions(autojump_clock, tmp_path):
+async def test_a_turn_makes_two_write_transactions(autojump_clock, tmp_path):
     with trio.fail_after(TIMEOUT):
         async with open_harness(tmp_path, [answers("Hello!", after=0.5)], stored_events=True) as h:
             await h.online(1)
@@ -50,10 +49,10 @@ async def test_a_turn_makes_four_write_transactions(autojump_clock, tmp_path):
                 h.store.conn.set_trace_callback(None)
             own = [s for s in statements if not s.startswith("--")]  # not the FTS triggers' own
             writes = [s for s in own if s.startswith("BEGIN")]
-            assert writes == ["BEGIN IMMEDIATE"] * 4, own
+            assert writes == ["BEGIN IMMEDIATE"] * 2, own
             # the rows a turn has are passed on, not read again (no claim read-back, the session's row
-            # read once for placement and the attempt)
-            assert len(own) <= 70, own
+            # read once for the attempt's start)
+            assert len(own) <= 63, own
             # a savepoint only around a write of several statements (the message, the first step, the
             # answer): one statement joins the open transaction as it is (`_write_one`)
             assert sum(s.startswith("SAVEPOINT") for s in own) == 3, own

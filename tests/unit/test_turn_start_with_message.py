@@ -1,0 +1,135 @@
+"""A message to an idle session starts its turn's attempt in the message's own transaction.
+
+`TurnService.queue_message` (what the route does, in one transaction) starts the
+first attempt with the message when the worker would start it at once: the session is
+idle in this service, the claim was taken with the message, its runner is bound and
+online. Otherwise the turn is queued and the worker places it as before. MockClock,
+fake runners, events stored as a server stores them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+import trio
+
+from protocol import events as ev
+from tests.support.fake_runners import Harness, answers, open_harness
+
+TIMEOUT = 60  # virtual seconds
+USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]}
+
+
+def _queue(h: Harness, sid: str) -> tuple[dict[str, Any], list[str]]:
+    """What the route does with a message: the turn it returns and the statements it took."""
+    statements: list[str] = []
+    h.store.conn.set_trace_callback(statements.append)
+    try:
+        _item, turn = h.turns.queue_message(sid, USER)
+    finally:
+        h.store.conn.set_trace_callback(None)
+    return turn, statements
+
+
+async def test_an_idle_sessions_message_starts_the_attempt_in_its_transaction(autojump_clock, tmp_path):
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
+            (runner_id,) = await h.online(1)
+            sid = h.new_session()
+            first = h.post(sid, "hi")  # no runner bound yet: queued, and the worker binds one
+            assert first["status"] == "queued"
+            await h.until_terminal(sid, first["id"])
+            await h.settle()
+            before = h.store.last_event_seq(sid)
+            turn, statements = _queue(h, sid)
+            assert [s for s in statements if s.startswith(("BEGIN", "COMMIT"))] == ["BEGIN IMMEDIATE", "COMMIT"]
+            row = h.store.get_turn(turn["id"])
+            assert (row["status"], row["attempt"], row["runner_id"]) == ("running", 1, runner_id)
+            assert row["step"]["status"] == "running"  # its model step 0 with it
+            assert turn["status"] == "running"
+            assert [e["type"] for e in h.store.read_events(sid, before)] == [
+                ev.INPUT_CONSUMED, ev.SESSION_STATUS, ev.RESPONSE_CREATED]
+            assert h.turns.status(sid) == "running"  # before its worker has run
+            h.turns.submit(sid)
+            seen = await h.until_terminal(sid, turn["id"])
+            assert ev.COMPLETED in [s.type for s in seen] and ev.FAILED not in [s.type for s in seen]
+            await h.settle()
+            assert h.store.get_turn(turn["id"])["attempt"] == 1  # started once, not again by the worker
+            assert h.model_steps() == [(0, 0, 1), (0, 0, 1)]  # one TurnStart each
+            assert h.store.claim_of(sid) is None
+            assert h.turns.status(sid) == "idle"
+
+
+async def test_a_message_behind_a_running_turn_waits_queued(autojump_clock, tmp_path):
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("slow", after=5.0)], stored_events=True) as h:
+            await h.online(1)
+            sid = h.new_session()
+            first = h.post(sid, "hi")
+            await h.settle()
+            assert h.store.get_turn(first["id"])["status"] == "running"
+            second, statements = _queue(h, sid)
+            assert second["status"] == "queued"  # pending behind the first: its worker takes it next
+            assert not any("UPDATE turns SET status = 'running'" in s for s in statements)
+            h.turns.submit(sid)
+            await h.until_terminal(sid, first["id"])
+            seen = await h.until_terminal(sid, second["id"])
+            assert ev.COMPLETED in [s.type for s in seen] and ev.FAILED not in [s.type for s in seen]
+            assert h.store.get_turn(second["id"])["attempt"] == 1
+
+
+async def test_a_runner_lost_before_the_started_attempt_is_followed_is_a_lost_attempt(autojump_clock, tmp_path):
+    """The attempt started with the message went to a runner that died before the worker ran:
+    the worker finds it lost, the turn is interrupted and retried on the replacement, and
+    answered once."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("one", after=0.5), answers("two", after=0.5)],
+                                stored_events=True) as h:
+            (first_runner,) = await h.online(1)
+            sid = h.new_session()
+            await h.until_terminal(sid, h.post(sid, "hi")["id"])
+            await h.settle()
+            turn, _ = _queue(h, sid)
+            assert h.store.get_turn(turn["id"])["runner_id"] == first_runner
+            h.launcher.by_id(first_runner).kill()  # before the turn's worker runs
+            h.turns.submit(sid)
+            seen = await h.until_terminal(sid, turn["id"])
+            assert ev.COMPLETED in [s.type for s in seen] and ev.FAILED not in [s.type for s in seen]
+            types = [s.type for s in seen if s.event.get("turn_id") == turn["id"]]
+            assert types.count(ev.TURN_RETRIED) == 1 and types.count(ev.COMPLETED) == 1, types
+            row = h.store.get_turn(turn["id"])
+            assert row["attempt"] == 2 and row["runner_id"] != first_runner
+            assert [s for s in h.model_steps() if s[0] == 1] == [(1, 0, 2)]  # the replacement's one TurnStart
+
+
+async def test_a_message_whose_transaction_fails_leaves_no_attempt_behind(autojump_clock, tmp_path):
+    """The attempt is handed to the worker only once its transaction committed: a message whose
+    transaction fails (a full disk, say) leaves no turn, and the next message runs as ever."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
+            await h.online(1)
+            sid = h.new_session()
+            await h.until_terminal(sid, h.post(sid, "hi")["id"])
+            await h.settle()
+            turns_before = h.store.list_turns(sid)
+            append = h.store.append_events
+
+            def failing(*args: Any, **kwargs: Any) -> list[str]:
+                h.store.append_events = append  # type: ignore[method-assign]  # once
+                raise sqlite3.OperationalError("database or disk is full")
+
+            h.store.append_events = failing  # type: ignore[method-assign]
+            with pytest.raises(sqlite3.OperationalError):
+                h.turns.queue_message(sid, USER)
+            assert h.store.list_turns(sid) == turns_before  # rolled back: no turn, no claim
+            assert h.store.claim_of(sid) is None
+            h.turns.submit(sid)  # (a worker started now finds nothing to run)
+            await h.settle()
+            assert h.turns.status(sid) == "idle"
+            turn = h.post(sid, "again")
+            assert turn["status"] == "running"
+            seen = await h.until_terminal(sid, turn["id"])
+            assert ev.COMPLETED in [s.type for s in seen if s.event.get("turn_id") == turn["id"]]
+            assert len(h.model_steps()) == 2
