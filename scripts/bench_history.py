@@ -1,7 +1,8 @@
 """What omnigent adds to a turn, at 10, 1,000 and 10,000 conversation items (issue 10, "Flat in length").
 
 One process, real clock, the real pieces of a turn on both sides: the
-server's store (SQLite file), event hub, turn service and agent loop, the
+server's store (SQLite file), event hub (storing every event, its batching
+task running, as in a server), turn service and agent loop, the
 runner link (`serve_runner`) over an in-memory websocket carrying the
 encoded frames, and on the runner side `runner/turns.py` with its history
 cache and the real harness (`harness.execute`: the openai client, the
@@ -13,7 +14,8 @@ For each size the conversation is stored first (alternating user and
 assistant messages of ~200 bytes, each pair a turn with its turn row and
 the events a turn stores), one turn warms the runner (its history
 arrives in full), then `--turns` turns are timed from the message being
-posted to `response.completed` reaching a follower. Reported, medians:
+posted to `response.completed` reaching a follower (posted as the route
+posts: `TurnService.queue_message`). Reported, medians:
 
 - turn: everything omnigent does for a turn but the model's own time;
 - request: the runner rebuilding the whole history from its cache (new
@@ -23,6 +25,9 @@ posted to `response.completed` reaching a follower. Reported, medians:
   µs per item;
 - rest: turn minus request: what must stay flat, and its difference to the
   10-item figure (goal: within 5 ms);
+- SQL/turn: the server's SQL statements per timed turn (its store's trace
+  callback; a trigger's statements are its statement's part): a count, so
+  unlike the times it does not drift with the machine;
 - the same turn with the runner's cache off (`history_cache` not announced:
   every step's history sent in full), and the old server path per step
   (`build_history` over every stored item, plus encoding the full frame).
@@ -44,12 +49,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import openai
 import trio
+import trio.testing
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -168,8 +175,21 @@ def fill(store: Store, conv: str, count: int) -> None:
     store.compact_events(conv, DELTA_TURNS)
 
 
-async def measure(size: int, turns_timed: int, cache: bool, tmp: Path, profile: Any = None) -> dict[str, Any]:
+async def measure(size: int, turns_timed: int, cache: bool, tmp: Path,
+                  probe: Callable[[Store, bool], None] | None = None) -> dict[str, Any]:
+    """One size's timed turns (see the module docstring). `probe`, if given, is called with the
+    store as the timed turns begin (True) and once they have ended (False): a profiler's or a
+    counter's hook (`bench_turn_writes.py`)."""
     model = Model()
+    # the server's SQL statements over the timed turns (a trigger's are its statement's), and of
+    # them its write transactions
+    statements = [0, 0]
+
+    def count_statement(sql: str) -> None:
+        if not sql.startswith("--"):
+            statements[0] += 1
+            statements[1] += sql.startswith("BEGIN IMMEDIATE")
+
     requests: list[float] = []  # when the harness began building each request
 
     real_create = streams.create_response
@@ -210,7 +230,8 @@ async def measure(size: int, turns_timed: int, cache: bool, tmp: Path, profile: 
         request_times: list[float] = []
         own: list[float] = []
         async with trio.open_nursery() as nursery:
-            hub = EventHub()
+            hub = EventHub(store)  # as the server's: every event stored before it is published
+            await nursery.start(hub.run)
             registry = RunnerRegistry()
             service = TurnService(store, hub, registry, nursery)
             state = ServerState(store, hub, registry, service, "t", ping_interval=30.0, ping_allowance=6)
@@ -223,12 +244,12 @@ async def measure(size: int, turns_timed: int, cache: bool, tmp: Path, profile: 
             while runner_id not in registry.online:
                 await registry.wait_changed()
             for n in range(1 + turns_timed):
+                # as a client's next message comes: after the worker has left the last turn
+                await trio.testing.wait_all_tasks_blocked()
                 after = store.last_event_seq(conv)
                 started = time.perf_counter()
-                item = store.append_item(conv, {"type": "message", "role": "user",
-                                                "content": [{"type": "input_text", "text": f"timed {n}"}]})
-                turn = store.create_turn(conv, item["id"])
-                hub.publish(conv, ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
+                item, turn = service.queue_message(conv, {  # what `POST /v1/sessions/{id}/events` does
+                    "type": "message", "role": "user", "content": [{"type": "input_text", "text": f"timed {n}"}]})
                 service.submit(conv)
                 async for event in hub.follow(conv, after=after):
                     if event["type"] in p.TERMINAL_EVENTS and event.get("turn_id") == turn["id"]:
@@ -236,14 +257,16 @@ async def measure(size: int, turns_timed: int, cache: bool, tmp: Path, profile: 
                         break
                 ended = time.perf_counter()
                 if n == 0:
-                    if profile is not None:
-                        profile.enable()
+                    if probe is not None:
+                        probe(store, True)
+                    store.conn.set_trace_callback(count_statement)
                     continue  # the warm-up: the runner gets the history in full
                 latencies.append(ended - started - model.own[-1])
                 request_times.append(model.arrived[-1] - requests[-1] + resolving[-1])
                 own.append(model.own[-1])
-            if profile is not None:
-                profile.disable()
+            store.conn.set_trace_callback(None)
+            if probe is not None:
+                probe(store, False)
             nursery.cancel_scope.cancel()
         await pool.aclose()
         # the old server path per step, for comparison: every item read, built and encoded
@@ -254,7 +277,7 @@ async def measure(size: int, turns_timed: int, cache: bool, tmp: Path, profile: 
             items = build_history(store.list_items(conv), last)
             p.encode(p.TurnStart("turn_x", conv, 1, {"name": "bench"}, items, MODEL))
             old.append(time.perf_counter() - started)
-        return {"turn": statistics.median(latencies), "request": statistics.median(request_times),
+        return {"statements": statements[0] / turns_timed, "writes": statements[1] / turns_timed, "turn": statistics.median(latencies), "request": statistics.median(request_times),
                 "model_own": statistics.median(own), "old_server_step": statistics.median(old),
                 "items": len(store.list_items(conv))}
     finally:
@@ -262,10 +285,15 @@ async def measure(size: int, turns_timed: int, cache: bool, tmp: Path, profile: 
         store.close()
 
 
-def main() -> None:
+def quiet_runner() -> None:
+    """The runner's log lines would go to this terminal."""
     import omnigent.runner.turns as runner_turns
 
-    runner_turns.log = lambda line: None  # the runner's log lines would go to this terminal
+    runner_turns.log = lambda line: None
+
+
+def main() -> None:
+    quiet_runner()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 1000, 10000])
     parser.add_argument("--turns", type=int, default=15)
@@ -292,14 +320,15 @@ def main() -> None:
 
     base = med(args.sizes[0], True, "turn") - med(args.sizes[0], True, "request")
     print(f"{'items':>7} | {'turn ms (× floor)':>18} | {'request ms':>10} | {'µs/item':>7} | "
-          f"{'rest ms':>8} | {'rest - first':>12} | {'no cache: turn ms':>17} | {'old server step ms':>18}")
+          f"{'rest ms':>8} | {'rest - first':>12} | {'SQL/turn':>8} | {'no cache: turn ms':>17} | "
+          f"{'old server step ms':>18}")
     for size in args.sizes:
         turn, request = med(size, True, "turn"), med(size, True, "request")
         rest = turn - request
         items = statistics.median(r["items"] for r in results[(size, True)])
         print(f"{int(items):>7} | {turn * 1000:>8.2f} ({turn / floor:.4f}×) | {request * 1000:>10.2f} | "
               f"{request / items * 1e6:>7.2f} | {rest * 1000:>8.2f} | {(rest - base) * 1000:>+12.2f} | "
-              f"{med(size, False, 'turn') * 1000:>17.2f} | {med(size, True, 'old_server_step') * 1000:>18.2f}")
+              f"{med(size, True, 'statements'):>8.1f} | {med(size, False, 'turn') * 1000:>17.2f} | {med(size, True, 'old_server_step') * 1000:>18.2f}")
     print(f"(model's own time taken out: {med(args.sizes[0], True, 'model_own') * 1e6:.0f} µs median; "
           f"medians of {args.turns} turns × {args.rounds} rounds)")
 
