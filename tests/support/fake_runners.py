@@ -547,17 +547,13 @@ class Seen(NamedTuple):
         return self.event["type"]
 
 
-_NOT_GIVEN: Any = object()
-
-
 def post_message(state: ServerState, session_id: str, text: str,
-                 approval_timeout: float | None = _NOT_GIVEN) -> dict[str, Any]:
+                 approval_timeout: float | None = None) -> dict[str, Any]:
     """What `POST /v1/sessions/<id>/events` with a user message does (`TurnService.queue_message`,
-    then `submit`); returns the turn row. Not given, `approval_timeout` is
-    stored as null (until answered), as the route stores it when a client sends null."""
+    then `submit`); returns the turn row. `approval_timeout` None waits until answered, as the
+    route stores it when a client sends null."""
     user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-    _item, turn = state.turns.queue_message(
-        session_id, user, approval_timeout=None if approval_timeout is _NOT_GIVEN else approval_timeout)
+    _item, turn = state.turns.queue_message(session_id, user, approval_timeout=approval_timeout)
     state.turns.submit(session_id)
     return turn
 
@@ -624,7 +620,7 @@ class Harness:
         self.nursery.start_soon(watch.run, self.hub, session_id)
         return session_id
 
-    def post(self, session_id: str, text: str, approval_timeout: float | None = _NOT_GIVEN) -> dict[str, Any]:
+    def post(self, session_id: str, text: str, approval_timeout: float | None = None) -> dict[str, Any]:
         return post_message(self.state, session_id, text, approval_timeout)
 
     def model_steps(self) -> list[tuple[int, int, int]]:
