@@ -502,6 +502,27 @@ def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: f
     return out
 
 
+def started_with_message(db: Path) -> tuple[int, int]:
+    """(turns whose first attempt started in their message's transaction, turns posted), read from the
+    server's store: such a turn's `input.consumed` and `response.created` share one `created_at`, since
+    the store stamps a transaction's events once (`TurnService.queue_message`, `append_events`)."""
+    import sqlite3
+
+    from protocol import events as ev
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        started = conn.execute(
+            """SELECT COUNT(*) FROM session_events a JOIN session_events b
+                 ON b.conversation_id = a.conversation_id AND b.turn_id = a.turn_id
+                WHERE a.type = ? AND b.type = ? AND b.created_at = a.created_at""",
+            [ev.INPUT_CONSUMED, ev.RESPONSE_CREATED]).fetchone()[0]
+        turns = conn.execute("SELECT COUNT(*) FROM session_events WHERE type = ?", [ev.INPUT_CONSUMED]).fetchone()[0]
+    finally:
+        conn.close()
+    return started, turns
+
+
 def stall_report(path: Path, start: float) -> list[str]:
     if not path.exists():
         return []
@@ -560,6 +581,7 @@ def main() -> None:
             server, url = start_server(env, Path(tmp) / "data", args.runners)
             started = time.monotonic()
             results = trio.run(load, url, server.pid, mock.pid, args)
+            with_message = started_with_message(Path(tmp) / "data" / "chat.db")
             floor_after = floor(mock_url, args.floor_calls)
             stall_lines = stall_report(stalls, started)
             timeline_lines = turn_timeline(timeline, results["lone_ends"], statistics.median(
@@ -620,6 +642,10 @@ def main() -> None:
     parts = [f"{name} {share:.2f}" for name, share in shares if share >= 0.005]
     parts += [f"mock {results['mock_share']:.2f}", f"load generator {results['loadgen_share']:.2f}"]
     print(f"| closed loop: share of the cores (1.0 = one core) | | {', '.join(parts)} |")
+    started, turns = with_message
+    print(f"| turns whose attempt started in their message's transaction (all phases; the others are each "
+          f"session's first, which binds its runner, and any posted while its worker was busy) | "
+          f"{started / max(1, turns):.0%} | {started} of {turns} |")
     if stall_lines:
         print()
         print("server stalls over the run (OMNIGENT_STALLS):")
