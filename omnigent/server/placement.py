@@ -162,12 +162,18 @@ class Placement:
                            f"came online within {self.runner_wait:g} s", "host_unavailable")
         raise NoRunner(f"no runner came online within {self.runner_wait:g} s")
 
+    def bound_online(self, conv: dict[str, Any] | None) -> RunnerConn | None:
+        """The runner the session's row `conv` is bound to, if it is online now (no binding is made)."""
+        bound = conv.get("runner_id") if conv else None
+        return self.registry.online.get(bound) if bound else None
+
     async def _find_runner(self, session_id: str) -> tuple[RunnerConn, dict[str, Any] | None]:
         while True:
             conv = self.store.get_conversation(session_id, counts=False)
+            online = self.bound_online(conv)
+            if online is not None:
+                return online, conv
             bound = conv.get("runner_id") if conv else None
-            if bound and bound in self.registry.online:
-                return self.registry.online[bound], conv
             # a runner lost in this server's life is replaced by runner_left/joined
             # (with the notices); only unbound, stale or left-behind bindings are taken here
             adoptable = bound is None or bound not in self.registry.departed or bound in self._handled

@@ -151,7 +151,7 @@ class TurnService(TakeoversMixin):
         if not self.claims.holds(session_id, turn_id):
             return None  # busy: the turn waits behind another (here or in another process)
         conv = self.store.get_conversation(session_id, counts=False)
-        conn = self.registry.online.get(conv.get("runner_id") or "") if conv else None
+        conn = self.placement.bound_online(conv)  # placement's own first look, without its waiting
         if conv is None or conn is None:
             return None  # no runner bound and online: placement binds one, or waits (the worker's)
         return conn, conv
@@ -275,7 +275,7 @@ class TurnService(TakeoversMixin):
                 async with self.claims.renewed(session_id, turn["id"], on_cancel_request=partial(
                         self._nursery.start_soon, self.interrupt, session_id)):
                     self.store.place_pending(session_id, turn["input_item_id"])
-                    if started is None and self.adoptions.expects(turn["id"]):
+                    if self.adoptions.expects(turn["id"]):  # (never a turn started with its message)
                         await self._recover(session_id, turn)
                     else:
                         await self._run_turn(session_id, turn, started=started)

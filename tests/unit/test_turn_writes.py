@@ -127,3 +127,26 @@ async def test_buffered_events_join_the_next_transaction_or_go_alone_when_it_fai
     expected = [(ev.TEXT_DELTA, 1), (ev.ITEM_DONE, 2), (ev.SESSION_STATUS, 3), (ev.TEXT_DELTA, 4)]
     assert [(e["type"], e["sequence_number"]) for e in seen] == expected  # the delta was not lost
     assert [(e["type"], e["sequence_number"]) for e in store.read_events(sid, 0)] == expected
+
+
+async def test_a_queued_turn_placed_on_its_bound_runner_reads_the_session_once(autojump_clock, tmp_path):
+    """A turn queued behind another is placed by its worker: placement reads the session's row to
+    find its bound runner, and the attempt goes on with that row instead of reading it again."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("Hello!", after=0.5)], stored_events=True) as h:
+            await h.online(1)
+            sid = h.new_session()
+            await _turn(h, sid, "hi")  # binds the session to its runner
+            first = h.post(sid, "one")  # started with its message
+            second = h.post(sid, "two")  # queued behind it: its worker places it
+            assert second["status"] == "queued"
+            statements: list[str] = []
+            h.store.conn.set_trace_callback(statements.append)
+            try:
+                await h.until_terminal(sid, first["id"])
+                await h.until_terminal(sid, second["id"])
+            finally:
+                h.store.conn.set_trace_callback(None)
+            assert h.store.get_turn(second["id"])["status"] == "completed"
+            rows = [s for s in statements if s.split()[:3] == ["SELECT", "c.id,", "c.kind,"]]  # get_conversation
+            assert len(rows) == 1, rows
