@@ -125,11 +125,14 @@ class TurnService(TakeoversMixin):
         the conversation's claim when it is idle, `Claims.queue_message`) and `input.consumed`;
         `submit` follows. Returns (the item, the turn).
 
-        When nothing of the session is in flight in this service, the claim was taken and the
-        session's runner is online, the turn's first attempt starts in the same transaction, as
-        the worker would start it at once (`_attempt`): one write transaction a turn fewer, and
-        the worker goes straight to the TurnStart. A crash after it leaves a running turn, as
-        one just after an attempt's start always did (it is interrupted and retried)."""
+        When the claim came with the message (no turn of the session queued, running or
+        claimed, here or elsewhere) and the session's runner is online, the turn's first attempt
+        starts in the same transaction, as the worker would start it at once (`_attempt`): one
+        write transaction a turn fewer, and the worker goes straight to the TurnStart. That holds
+        whether the session has no worker (idle) or one still leaving its last turn (a client
+        that posts as soon as it has the answer): that worker takes the attempt next. A crash
+        after it leaves a running turn, as one just after an attempt's start always did (it is
+        interrupted and retried)."""
         started = None
         with self.hub.transaction(session_id) as tx:  # the message and its events commit together
             item, turn = self.claims.queue_message(session_id, item, approval_timeout=approval_timeout)
@@ -145,9 +148,14 @@ class TurnService(TakeoversMixin):
 
     def _placed_at_once(self, session_id: str, turn_id: str) -> tuple[RunnerConn, dict[str, Any]] | None:
         """Where `queue_message` starts the new turn's attempt (its runner and the session's row), or
-        None when that is the worker's to decide."""
-        if session_id in self._serving or session_id in self._started or self.adoptions.expects_session(session_id):
-            return None  # a worker (or its turn) is here: it takes the queue as ever
+        None when that is the worker's to decide.
+
+        A worker of the session may be here: the claim coming with the message means its last
+        turn has ended, and released the claim with its end (`Claims.release_with_end`). It is
+        then between that end and reading `_started` (leaving `Claims.renewed`), with nothing of
+        that turn left to write; it follows this attempt next, as a new worker would."""
+        if session_id in self._active or session_id in self._started or self.adoptions.expects_session(session_id):
+            return None  # a turn of it runs here (so it holds the claim), or one is started already
         if not self.claims.holds(session_id, turn_id):
             return None  # busy: the turn waits behind another (here or in another process)
         conv = self.store.get_conversation(session_id, counts=False)

@@ -1,10 +1,11 @@
 """A message to an idle session starts its turn's attempt in the message's own transaction.
 
 `TurnService.queue_message` (what the route does, in one transaction) starts the
-first attempt with the message when the worker would start it at once: the session is
-idle in this service, the claim was taken with the message, its runner is bound and
-online. Otherwise the turn is queued and the worker places it as before. MockClock,
-fake runners, events stored as a server stores them.
+first attempt with the message when the worker would start it at once: the claim was
+taken with the message (no turn of the session queued, running or claimed), its runner
+is bound and online, and no turn of it runs in this service (its worker, if any, is
+leaving its last turn). Otherwise the turn is queued and the worker places it as before.
+MockClock, fake runners, events stored as a server stores them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,83 @@ async def test_an_idle_sessions_message_starts_the_attempt_in_its_transaction(au
             await h.settle()
             assert h.store.get_turn(turn["id"])["attempt"] == 1  # started once, not again by the worker
             assert h.model_steps() == [(0, 0, 1), (0, 0, 1)]  # one TurnStart each
+            assert h.store.claim_of(sid) is None
+            assert h.turns.status(sid) == "idle"
+
+
+def _post_after_first_turn(h: Harness, sid: str, *, then_raise: bool = False) -> list[dict[str, Any]]:
+    """Post the next message right after the worker's first turn ends, while that worker is still
+    inside the turn's `Claims.renewed` (as a client that posts on seeing the answer does, while the
+    worker leaves the turn); `then_raise`: the worker's turn then raises, so `renewed` exits unclean.
+    Returns the posted turn (once posted) with the statements its post took."""
+    run_turn = h.turns._run_turn
+    posted: list[dict[str, Any]] = []
+
+    async def then_post(*args: Any, **kwargs: Any) -> None:
+        await run_turn(*args, **kwargs)
+        if posted:
+            return
+        turn, statements = _queue(h, sid)
+        posted.append({"turn": turn, "statements": statements, "serving": sid in h.turns._serving})
+        h.turns.submit(sid)
+        if then_raise:
+            raise RuntimeError("the worker broke after its turn")
+
+    h.turns._run_turn = then_post  # type: ignore[method-assign]
+    return posted
+
+
+async def test_a_message_posted_while_the_worker_leaves_its_turn_starts_with_it(autojump_clock, tmp_path):
+    """The last turn released the claim with its end, so the claim comes with the next message even
+    though that turn's worker has not left it yet: the attempt starts in the message's transaction,
+    and the same worker follows it next, once."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
+            (runner_id,) = await h.online(1)
+            sid = h.new_session()
+            await h.until_terminal(sid, h.post(sid, "hi")["id"])  # binds the session to its runner
+            await h.settle()
+            posted = _post_after_first_turn(h, sid)
+            await h.until_terminal(sid, h.post(sid, "more")["id"])
+            (second,) = posted
+            assert second["serving"]  # the worker of the turn before was still there
+            assert [s for s in second["statements"] if s.startswith(("BEGIN", "COMMIT"))] == [
+                "BEGIN IMMEDIATE", "COMMIT"]
+            turn = second["turn"]
+            assert (turn["status"], turn["attempt"], turn["runner_id"]) == ("running", 1, runner_id)
+            seen = await h.until_terminal(sid, turn["id"])
+            types = [s.type for s in seen if s.event.get("turn_id") == turn["id"]]
+            assert types.count(ev.COMPLETED) == 1 and ev.FAILED not in types, types
+            await h.settle()
+            assert h.store.get_turn(turn["id"])["attempt"] == 1  # started once, not again by the worker
+            assert h.model_steps() == [(0, 0, 1)] * 3  # one TurnStart each
+            assert h.store.claim_of(sid) is None
+            assert h.turns.status(sid) == "idle"
+
+
+async def test_a_worker_that_breaks_leaving_its_turn_still_runs_the_started_one_once(autojump_clock, tmp_path):
+    """The worker fails after its turn ended and the next message started its attempt: leaving
+    `Claims.renewed` unclean, it releases the claim it finds (the new turn's). The worker then takes
+    the claim again and follows the started attempt: answered once, the turn before left as it was."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
+            await h.online(1)
+            sid = h.new_session()
+            await h.until_terminal(sid, h.post(sid, "hi")["id"])
+            await h.settle()
+            posted = _post_after_first_turn(h, sid, then_raise=True)
+            before = h.post(sid, "more")
+            await h.until_terminal(sid, before["id"])
+            (second,) = posted
+            turn = second["turn"]
+            assert turn["status"] == "running"
+            seen = await h.until_terminal(sid, turn["id"])
+            types = [s.type for s in seen if s.event.get("turn_id") == turn["id"]]
+            assert types.count(ev.COMPLETED) == 1 and ev.FAILED not in types, types
+            await h.settle()
+            assert h.store.get_turn(before["id"])["status"] == "completed"  # its end stands
+            assert h.store.get_turn(turn["id"])["attempt"] == 1
+            assert h.model_steps() == [(0, 0, 1)] * 3
             assert h.store.claim_of(sid) is None
             assert h.turns.status(sid) == "idle"
 
