@@ -502,10 +502,11 @@ def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: f
     return out
 
 
-def started_with_message(db: Path) -> tuple[int, int]:
-    """(turns whose first attempt started in their message's transaction, turns posted), read from the
-    server's store: such a turn's `input.consumed` and `response.created` share one `created_at`, since
-    the store stamps a transaction's events once (`TurnService.queue_message`, `append_events`)."""
+def started_with_message(db: Path) -> tuple[int, int, int]:
+    """(turns whose first attempt started in their message's transaction, turns posted, sessions with a
+    turn), read from the server's store: such a turn's `input.consumed` and `response.created` share one
+    `created_at`, since the store stamps a transaction's events once (`TurnService.queue_message`,
+    `append_events`). Each session's first turn cannot: no runner is bound to it yet."""
     import sqlite3
 
     from protocol import events as ev
@@ -517,10 +518,11 @@ def started_with_message(db: Path) -> tuple[int, int]:
                  ON b.conversation_id = a.conversation_id AND b.turn_id = a.turn_id
                 WHERE a.type = ? AND b.type = ? AND b.created_at = a.created_at""",
             [ev.INPUT_CONSUMED, ev.RESPONSE_CREATED]).fetchone()[0]
-        turns = conn.execute("SELECT COUNT(*) FROM session_events WHERE type = ?", [ev.INPUT_CONSUMED]).fetchone()[0]
+        turns, sessions = conn.execute("SELECT COUNT(*), COUNT(DISTINCT conversation_id) FROM session_events "
+                                       "WHERE type = ?", [ev.INPUT_CONSUMED]).fetchone()
     finally:
         conn.close()
-    return started, turns
+    return started, turns, sessions
 
 
 def stall_report(path: Path, start: float) -> list[str]:
@@ -642,10 +644,10 @@ def main() -> None:
     parts = [f"{name} {share:.2f}" for name, share in shares if share >= 0.005]
     parts += [f"mock {results['mock_share']:.2f}", f"load generator {results['loadgen_share']:.2f}"]
     print(f"| closed loop: share of the cores (1.0 = one core) | | {', '.join(parts)} |")
-    started, turns = with_message
-    print(f"| turns whose attempt started in their message's transaction (all phases; the others are each "
-          f"session's first, which binds its runner, and any posted while its worker was busy) | "
-          f"{started / max(1, turns):.0%} | {started} of {turns} |")
+    started, turns, firsts = with_message
+    print(f"| turns whose attempt started in their message's transaction, of those that could (all phases; "
+          f"not each session's first, which binds its runner) | {started / max(1, turns - firsts):.0%} | "
+          f"{started} of {turns - firsts} ({turns} turns of {firsts} sessions) |")
     if stall_lines:
         print()
         print("server stalls over the run (OMNIGENT_STALLS):")

@@ -55,6 +55,7 @@ def register(app: Any, state: ServerState) -> None:
             session_id, {"type": "message", "role": "user", "content": content}, approval_timeout=timeout)
         mark(f"turn.stored:{turn['id']}")
         state.turns.submit(session_id)
+        await state.hub.dispatched(session_id)  # the TurnStart goes out before this answer does
         return {"queued": True, "item_id": item["id"], "turn_id": turn["id"]}, 202
 
     def _retry(session_id: str, data: Any):

@@ -52,6 +52,16 @@ class FollowingMixin:
         def _log(self, session_id: str) -> _Log: ...
         def _refresh(self, session_id: str, log_: _Log) -> None: ...
 
+    async def dispatched(self, session_id: str) -> None:
+        """Wait while the session's followers are held back (`EventHub.hold`): until its turn's
+        dispatch is done or waits, `HOLD_MAX` at most. At once when nothing holds them.
+
+        For the post that queued the turn: its HTTP answer is written after the TurnStart, not
+        interleaved with it (~0.3 ms of CPU on one event loop), as the watchers' writes are."""
+        log_ = self._log(session_id)
+        if log_.hold is not None:
+            await _held_back(log_)
+
     async def follow(self, session_id: str, after: int | None = None, *,
                      heartbeat: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
         """Events with sequence_number > after, then live ones; None = live only.

@@ -155,7 +155,8 @@ class EventHub(FollowingMixin):
         (input consumed, running, created: ~0.3 ms of CPU each) interleave with
         the dispatch and the TurnStart's write, and the runner gets its step
         later by as much. Held, the followers read those events (none is lost:
-        they are logged as ever) once the runner has its step. A dispatch that
+        they are logged as ever) once the runner has its step, and the post that
+        queued the turn writes its answer then too (`dispatched`). A dispatch that
         starts to wait (for a runner, for another process's claim) releases
         them; anything else holds them back `HOLD_MAX` at most. A hold already
         in place is kept as it is."""

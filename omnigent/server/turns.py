@@ -144,6 +144,7 @@ class TurnService(TakeoversMixin):
                 started = (turn, conn, conv)
         if started is not None:  # committed: the session's worker follows that attempt
             self._started[session_id] = started
+            self.hub.hold(session_id)  # its watchers read these events once the runner has the step
         return item, turn
 
     def _placed_at_once(self, session_id: str, turn_id: str) -> tuple[RunnerConn, dict[str, Any]] | None:

@@ -221,6 +221,30 @@ async def test_a_hold_never_released_lifts_after_hold_max(store, autojump_clock)
         hub.close()
 
 
+async def test_a_post_waits_for_its_sessions_dispatch_at_most_hold_max(store, autojump_clock):
+    """`dispatched` (the message route's, before its answer): at once without a hold, until the
+    release with one, and no longer than the hold's deadline when nothing releases it."""
+    from omnigent.server.hub import HOLD_MAX
+
+    hub = EventHub(store)
+    sid = new_session(store)
+    start = trio.current_time()
+    await hub.dispatched(sid)
+    assert trio.current_time() == start  # nothing held: no wait
+    hub.hold(sid)
+    async with trio.open_nursery() as n:
+        n.start_soon(hub.dispatched, sid)
+        await trio.sleep(HOLD_MAX / 4)
+        hub.release(sid)  # the TurnStart is written
+    assert trio.current_time() == start + HOLD_MAX / 4
+    hub.hold(sid)  # a dispatch that never writes one
+    await hub.dispatched(sid)
+    assert trio.current_time() == start + HOLD_MAX * 1.25
+    await hub.dispatched(sid)  # lifted: the next post does not wait
+    assert trio.current_time() == start + HOLD_MAX * 1.25
+    hub.close()
+
+
 async def test_a_failing_disk_does_not_stop_the_stream(store, monkeypatch):
     hub = EventHub(store)
     sid = new_session(store)

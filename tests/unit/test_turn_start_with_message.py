@@ -76,7 +76,8 @@ def _post_after_first_turn(h: Harness, sid: str, *, then_raise: bool = False) ->
         if posted:
             return
         turn, statements = _queue(h, sid)
-        posted.append({"turn": turn, "statements": statements, "serving": sid in h.turns._serving})
+        posted.append({"turn": turn, "statements": statements, "serving": sid in h.turns._serving,
+                       "held": h.hub._log(sid).hold is not None})
         h.turns.submit(sid)
         if then_raise:
             raise RuntimeError("the worker broke after its turn")
@@ -99,6 +100,7 @@ async def test_a_message_posted_while_the_worker_leaves_its_turn_starts_with_it(
             await h.until_terminal(sid, h.post(sid, "more")["id"])
             (second,) = posted
             assert second["serving"]  # the worker of the turn before was still there
+            assert second["held"]  # its watchers (and its post's answer) wait for the TurnStart
             assert [s for s in second["statements"] if s.startswith(("BEGIN", "COMMIT"))] == [
                 "BEGIN IMMEDIATE", "COMMIT"]
             turn = second["turn"]
