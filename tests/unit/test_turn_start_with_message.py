@@ -23,6 +23,15 @@ TIMEOUT = 60  # virtual seconds
 USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]}
 
 
+async def _bound_session(h: Harness) -> str:
+    """A new session whose first turn (the one that binds it to its runner) is answered, and its
+    worker gone."""
+    sid = h.new_session()
+    await h.until_terminal(sid, h.post(sid, "hi")["id"])
+    await h.settle()
+    return sid
+
+
 def _queue(h: Harness, sid: str) -> tuple[dict[str, Any], list[str]]:
     """What the route does with a message: the turn it returns and the statements it took."""
     statements: list[str] = []
@@ -93,9 +102,7 @@ async def test_a_message_posted_while_the_worker_leaves_its_turn_starts_with_it(
     with trio.fail_after(TIMEOUT):
         async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
             (runner_id,) = await h.online(1)
-            sid = h.new_session()
-            await h.until_terminal(sid, h.post(sid, "hi")["id"])  # binds the session to its runner
-            await h.settle()
+            sid = await _bound_session(h)
             posted = _post_after_first_turn(h, sid)
             await h.until_terminal(sid, h.post(sid, "more")["id"])
             (second,) = posted
@@ -122,9 +129,7 @@ async def test_a_worker_that_breaks_leaving_its_turn_still_runs_the_started_one_
     with trio.fail_after(TIMEOUT):
         async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
             await h.online(1)
-            sid = h.new_session()
-            await h.until_terminal(sid, h.post(sid, "hi")["id"])
-            await h.settle()
+            sid = await _bound_session(h)
             posted = _post_after_first_turn(h, sid, then_raise=True)
             before = h.post(sid, "more")
             await h.until_terminal(sid, before["id"])
@@ -168,9 +173,7 @@ async def test_a_runner_lost_before_the_started_attempt_is_followed_is_a_lost_at
         async with open_harness(tmp_path, [answers("one", after=0.5), answers("two", after=0.5)],
                                 stored_events=True) as h:
             (first_runner,) = await h.online(1)
-            sid = h.new_session()
-            await h.until_terminal(sid, h.post(sid, "hi")["id"])
-            await h.settle()
+            sid = await _bound_session(h)
             turn, _ = _queue(h, sid)
             assert h.store.get_turn(turn["id"])["runner_id"] == first_runner
             h.launcher.by_id(first_runner).kill()  # before the turn's worker runs
@@ -190,9 +193,7 @@ async def test_a_message_whose_transaction_fails_leaves_no_attempt_behind(autoju
     with trio.fail_after(TIMEOUT):
         async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
             await h.online(1)
-            sid = h.new_session()
-            await h.until_terminal(sid, h.post(sid, "hi")["id"])
-            await h.settle()
+            sid = await _bound_session(h)
             turns_before = h.store.list_turns(sid)
             append = h.store.append_events
 
