@@ -67,8 +67,10 @@ MAX_TURNS = 20  # per session of the lone phase (histories of at most 40 items)
 # a lone turn's path, in order (`--timeline`): "posted" and "seen" are this script's, the rest the
 # marks the server and runner make (`omnigent.config.timeline.mark`, "turn.<point>:<turn id>")
 TURN_POINTS = [
-    ("posted", "the HTTP post, the message and its event stored"),
-    ("stored", "claim, attempt start, history: the TurnStart handed to the link"),
+    ("posted", "the HTTP post up to the route: the client's httpx, hypercorn, quart"),
+    ("entered", "the route: the session read, the body read and parsed"),
+    ("bodied", "the message's transaction: message, turn, claim, attempt start, events"),
+    ("stored", "the worker: claim, history, the TurnStart handed to the link"),
     ("dispatched", "the link's writer: its turn to write (after what it was writing)"),
     ("written", "the TurnStart across the websocket to the runner"),
     ("received", "the runner: the step's set-up up to the model call"),

@@ -28,21 +28,37 @@ ENV_VAR = "OMNIGENT_TIMELINE"
 COUNTS_VAR = "OMNIGENT_TIMELINE_COUNTS"
 
 
-def mark(name: str) -> None:
+def mark(name: str, at: float | None = None) -> None:
     """Append `<name> <monotonic seconds> <pid>` to the timeline file, if one is set.
 
     One `O_APPEND` write per point, so lines of concurrent processes never
     interleave. Failing to write is silent: a timeline never breaks a run.
     The counts this process keeps (`count_statement`, `count_task_steps`) follow
     as `<what>=<so far>`.
+
+    `at`: a moment taken earlier with `stamp()`, for a point whose name was not known
+    then (a route's start, before it has made the turn it names); it carries no counts,
+    which are this moment's.
     """
     path = os.environ.get(ENV_VAR)
     if not path:
+        return
+    if at is not None:
+        _append(path, f"{name} {at:.6f} {os.getpid()}\n")
         return
     import time
 
     counted = "".join(f" {what}={n}" for what, n in _counts.items())
     _append(path, f"{name} {time.monotonic():.6f} {os.getpid()}{counted}\n")
+
+
+def stamp() -> float | None:
+    """This moment, for a `mark(name, at=...)` made later, when a timeline is taken (None otherwise)."""
+    if not os.environ.get(ENV_VAR):
+        return None
+    import time
+
+    return time.monotonic()
 
 
 # what this process counts while a counted timeline is taken: "sql", its store's statements, and

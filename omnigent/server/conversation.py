@@ -18,7 +18,7 @@ from typing import Any
 
 from quart import request
 
-from ..config.timeline import mark
+from ..config.timeline import mark, stamp
 from ..config.tuning import Tuning, tuning_from_env
 from ..store.errors import NotFoundError
 from . import approvals, bodies, files
@@ -33,8 +33,10 @@ def register(app: Any, state: ServerState) -> None:
 
     @app.post("/v1/sessions/<session_id>/events")
     async def post_event(session_id: str):
+        entered = stamp()  # the timeline's points of a message's way in (marked once its turn is made)
         conv = conversation(state, session_id, counts=False)  # a post reads no count
         body = await bodies.json_body()
+        bodied = stamp()
         kind = body.get("type")
         if kind == "interrupt":
             return {"queued": False, "interrupted": await state.turns.interrupt(session_id)}, 202
@@ -53,6 +55,9 @@ def register(app: Any, state: ServerState) -> None:
         # stored now, or once the turn this one waits behind has answered (recovery, issue 7 §10)
         item, turn = state.turns.queue_message(  # the message and its events commit together
             session_id, {"type": "message", "role": "user", "content": content}, approval_timeout=timeout)
+        if entered is not None:
+            mark(f"turn.entered:{turn['id']}", at=entered)
+            mark(f"turn.bodied:{turn['id']}", at=bodied)
         mark(f"turn.stored:{turn['id']}")
         state.turns.submit(session_id)
         await state.hub.dispatched(session_id)  # the TurnStart goes out before this answer does
