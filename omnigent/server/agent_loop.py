@@ -279,17 +279,18 @@ class AgentLoop(ToolStepsMixin):
                 if not self.store.finish_model_step(t.session_id, t.turn_id, n, frame.output,
                                                     frame.response_id, frame.usage):
                     return  # a duplicate answer: the step (and the turn) ended already
-            # the turn's row as it ends (finishing it changes no usage): its usage is the steps' sum
-            ended = self.store.finish_turn(t.turn_id, "completed")
+            # the turn's usage as it ends (ending it changes none): the sum over its steps
+            ended = self.store.end_turn(t.turn_id, "completed")
+            summed = self.store.turn_usage(t.turn_id) if ended else None
             if frame is not None and n is not None:  # events go out in the order published: usage first
-                self._publish_usage(tx, t, n, frame.usage, summed=ended["usage"] if ended is not None else None)
-            if ended is None:
+                self._publish_usage(tx, t, n, frame.usage, summed=summed)
+            if not ended:
                 return
             if self._release_claim is not None:  # nothing of the turn is left to write
                 self._release_claim(t.session_id)
             response = {"id": frame.response_id if frame else None, "object": "response", "status": "completed",
                         "output": self.turn_items(t.session_id, t.turn_id),
-                        "usage": ended.get("usage") or (frame.usage if frame else None)}
+                        "usage": summed or (frame.usage if frame else None)}
             tx.publish(ev.COMPLETED, turn_id=t.turn_id, response=response)
             tx.publish(ev.SESSION_STATUS, status="idle")
 

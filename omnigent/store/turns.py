@@ -157,6 +157,13 @@ class TurnsMixin(Tables):
         `attempt`, if that is no longer the current attempt): a stale report
         never overwrites a newer outcome.
         """
+        if not self.end_turn(turn_id, status, error, attempt=attempt):
+            return None
+        return self.get_turn(turn_id)
+
+    def end_turn(self, turn_id: str, status: str, error: str | None = None, *, attempt: int | None = None) -> bool:
+        """`finish_turn` without reading the turn back: whether it ended it (for a caller that has what
+        it needs of the row: the turn's end is one statement then)."""
         if status not in TURN_STATUSES - {"queued", "running", "waiting"}:
             raise ValueError(f"cannot finish a turn as {status!r}")
         with self._write_one():
@@ -167,9 +174,9 @@ class TurnsMixin(Tables):
                 sql += " AND attempt = ?"
                 params.append(attempt)
             if not self.db.execute(sql, params).rowcount:
-                self._require_turn(turn_id)  # (only then: a missing turn is NotFoundError, an ended one None)
-                return None
-        return self.get_turn(turn_id)
+                self._require_turn(turn_id)  # (only then: a missing turn is NotFoundError, an ended one False)
+                return False
+        return True
 
     def mark_interrupted(self, turn_id: str) -> dict | None:
         """queued/running -> 'interrupted'; None if the turn was in another state."""
