@@ -47,7 +47,7 @@ import logging
 from functools import partial
 import os
 import sqlite3
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -69,6 +69,15 @@ from .registry import LOCAL_HOST, RunnerConn, RunnerRegistry
 __all__ = ["LOCAL_HOST", "NoRunner", "TurnService"]  # NoRunner and LOCAL_HOST: their home before
 
 log = logging.getLogger("omnigent.server.turns")
+
+
+class _Started(NamedTuple):
+    """A turn's first attempt, begun with its message (`queue_message`), for its worker to follow:
+    the turn's row as started, the runner it went to, and the session's row it was started from."""
+
+    turn: dict[str, Any]
+    conn: RunnerConn
+    conv: dict[str, Any]
 
 
 class TurnService(TakeoversMixin):
@@ -109,9 +118,7 @@ class TurnService(TakeoversMixin):
         self._reconnects = Reconnects(store, registry, self.adoptions, reconnect_grace)  # a dropped link, mid-turn
         self._moved: set[str] = set()  # sessions rebound while a turn ran: its runner's frames are refused
         self._workers: dict[str, tuple[trio.CancelScope, trio.Event]] = {}  # session -> its worker (scope, done)
-        # sessions whose new turn's attempt started with its message (`queue_message`), for their
-        # worker to follow: the turn's row as started, the runner it went to, the session's row
-        self._started: dict[str, tuple[dict[str, Any], RunnerConn, dict[str, Any]]] = {}
+        self._started: dict[str, _Started] = {}  # sessions whose new turn's attempt began with its message
         self.waits = ApprovalWaits()
         self.gate = ToolGate(store, hub, self.waits)
         self.loop = AgentLoop(store, hub, self._outcomes, self.gate, self._has_moved, self._moved.discard,
@@ -141,7 +148,7 @@ class TurnService(TakeoversMixin):
             if placed is not None:
                 conn, conv = placed
                 turn = self._start_attempt(tx, session_id, turn["id"], conn, conv)
-                started = (turn, conn, conv)
+                started = _Started(turn, conn, conv)
         if started is not None:  # committed: the session's worker follows that attempt
             self._started[session_id] = started
             self.hub.hold(session_id)  # its watchers read these events once the runner has the step
@@ -267,7 +274,7 @@ class TurnService(TakeoversMixin):
     async def _worker(self, session_id: str) -> None:
         while True:
             started = self._started.pop(session_id, None)  # its attempt began with its message
-            turn = (started[0] if started is not None else
+            turn = (started.turn if started is not None else
                     self._adopted_turn(session_id) or self.store.next_own_queued_turn(session_id, os.getpid()))
             if turn is None:
                 # Idle: the worker ends and the next `submit` starts another. No checkpoint since
@@ -318,17 +325,17 @@ class TurnService(TakeoversMixin):
             log.error("turn %s: could not close its open steps: %s", turn_id, exc)
 
     async def _run_turn(self, session_id: str, turn: dict[str, Any], losses: list[float] | None = None, *,
-                        started: tuple[dict[str, Any], RunnerConn, dict[str, Any]] | None = None) -> None:
+                        started: _Started | None = None) -> None:
         """Run the turn's attempts until one ends it. `started`: its first attempt, begun with its
         message (`queue_message`): followed on that runner, gone meanwhile or not (then it is lost)."""
         turn_id = turn["id"]
         losses = [] if losses is None else losses  # when each runner was lost under this turn
         while True:
             if started is not None:
-                row, conn, conv = started
-                started = None
+                first, started = started, None  # followed once: a retry places the turn as ever
+                conn = first.conn
                 outcome = await self._follow(session_id, turn_id, conn, conn.open_turn(turn_id), adopted=False,
-                                             conv=conv, turn=row)
+                                             conv=first.conv, turn=first.turn)
             elif not await self._wait(session_id, self._pace(losses)):
                 self._retrying.discard(session_id)
                 self._cancelled(session_id, turn_id)
