@@ -278,6 +278,19 @@ async def open_sessions(url: str, n: int, nursery, http, clients, how: str = "ss
     return sessions
 
 
+async def all_online(http, url: str, runners: int, timeout: float = 60) -> None:
+    """Wait until `runners` runners are online (`GET /v1/runners`), polling."""
+    import trio
+
+    with trio.fail_after(timeout):
+        while True:
+            r = await http.get(f"{url}/v1/runners")
+            r.raise_for_status()
+            if len(r.json()["data"]) >= runners:
+                return
+            await trio.sleep(0.1)
+
+
 async def follow(url: str, sid: str, sessions: list[Session], own, ready, how: str) -> None:
     """Follow one session's stream: SSE (`/stream`, what the SDK, the REPL and `attach` read) or
     the websocket (`/ws`); `ready` is set once it is live."""
@@ -361,6 +374,9 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         # flat-in-length figures are scripts/bench_history.py's). The lone session is a series of
         # sessions of at most MAX_TURNS turns each; each phase of many sessions has its own.
         # (each also takes one warm-up turn below)
+        # every runner online first: one still starting (importing openai: ~1 s of CPU) would be
+        # counted in the first phase's CPU per turn (a lone phase of 300 turns: +13 ms a turn)
+        await all_online(http, url, args.runners)
         lone_sessions = await open_sessions(url, -(-(args.lone + 10) // (MAX_TURNS - 1)), nursery, http, clients,
                                             args.follow)
         sessions = await open_sessions(url, args.sessions, nursery, http, clients, args.follow)
