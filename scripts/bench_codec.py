@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import protocol as p  # noqa: E402
+from bench_run import floor_seconds  # noqa: E402  (a sibling script)
 
 _ITEM = {"type": "message", "id": "msg_x", "role": "assistant", "status": "completed",
          "content": [{"type": "output_text", "text": "Hello there, how can I help?", "annotations": []}]}
@@ -47,23 +46,14 @@ def _per_call(fn, raw: str, n: int) -> float:
     return min(best)
 
 
-def _floor(runs: int = 3) -> float:
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import openai, trio"], check=True)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decodes", type=int, default=20000)
     args = parser.parse_args()
-    before = _floor()
+    before = floor_seconds()
     rows = [(name, len(raw), _per_call(p.decode, raw, args.decodes), _per_call(json.loads, raw, args.decodes))
             for name, raw in _frames().items()]
-    floor = (before + _floor()) / 2
+    floor = (before + floor_seconds()) / 2
     print(f"floor (python -c 'import openai, trio'): {floor * 1000:.0f} ms (three runs before the timing and three after, medians averaged)")
     print("| frame | bytes | decode µs (× floor) | json.loads µs | decode over json.loads |")
     print("| --- | --- | --- | --- | --- |")

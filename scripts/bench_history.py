@@ -45,7 +45,6 @@ import argparse
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,17 +74,10 @@ from omnigent.store import Store  # noqa: E402
 from omnigent.testing.mock_llm_payloads import response_sse  # noqa: E402
 from protocol import events as ev  # noqa: E402
 
+from bench_run import floor_seconds  # noqa: E402  (a sibling script)
+
 MODEL = "bench-history"
 SECRET = "s" * 32
-
-
-def floor_seconds(runs: int = 3) -> float:
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import openai, trio"], check=True)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 class Model:

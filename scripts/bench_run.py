@@ -90,11 +90,16 @@ def one_run(env: dict[str, str], *, sample: bool) -> tuple[float, int, int, int,
     return wall, peak_total, peak_one, len(left), out.strip()
 
 
-def import_floor(env: dict[str, str]) -> float:
+def import_floor(env: dict[str, str] | None = None) -> float:
     """Wall time of `python -c "import openai, trio"`: what any runner must pay at least."""
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import openai, trio"], env=env, check=True)
     return time.perf_counter() - start
+
+
+def floor_seconds(runs: int = 3) -> float:
+    """The median of `runs` floors (`import_floor`, this process's environment)."""
+    return statistics.median(import_floor() for _ in range(runs))
 
 
 def main() -> None:

@@ -48,7 +48,7 @@ import trio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_history import floor_seconds  # noqa: E402
+from bench_run import floor_seconds  # noqa: E402
 from omnigent.server.serve import run_server  # noqa: E402
 from omnigent.server.sockets import bind_socket  # noqa: E402
 from omnigent.store import Store  # noqa: E402
