@@ -16,11 +16,14 @@ from typing import Any
 import pytest
 import trio
 
+import protocol as p
+from omnigent.server.app import create_app
 from protocol import events as ev
 from tests.support.fake_runners import Harness, answers, open_harness
 
 TIMEOUT = 60  # virtual seconds
 USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]}
+HEADERS = {"Authorization": "Bearer t", "Origin": "omnigent://internal"}  # the harness's server token
 
 
 async def _bound_session(h: Harness) -> str:
@@ -214,3 +217,41 @@ async def test_a_message_whose_transaction_fails_leaves_no_attempt_behind(autoju
             seen = await h.until_terminal(sid, turn["id"])
             assert ev.COMPLETED in [s.type for s in seen if s.event.get("turn_id") == turn["id"]]
             assert len(h.model_steps()) == 2
+
+
+async def test_the_posts_answer_goes_out_after_its_turn_start(autojump_clock, tmp_path):
+    """`POST /v1/sessions/<id>/events` answers 202 once the turn's TurnStart is on the runner's link
+    (`EventHub.dispatched`): its HTTP answer does not run between the dispatch's steps."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
+            await h.online(1)
+            sid = await _bound_session(h)
+            order: list[str] = []
+            (process,) = h.processes
+            send = process.transport.send
+
+            async def recorded(text: str) -> None:
+                await send(text)
+                if isinstance(p.decode(text), p.TurnStart):
+                    order.append("turn start written")
+
+            process.transport.send = recorded  # type: ignore[method-assign]
+            app = create_app(h.state)
+            asgi = app.asgi_app
+
+            async def answer_recorded(scope: Any, receive: Any, send: Any) -> None:
+                async def sent(message: dict[str, Any]) -> None:
+                    if message["type"] == "http.response.start":
+                        order.append("answered")
+                    await send(message)
+
+                await asgi(scope, receive, sent)
+
+            app.asgi_app = answer_recorded  # type: ignore[method-assign]
+            body = {"type": "message", "data": USER}
+            answer = await app.test_client().post(f"/v1/sessions/{sid}/events", json=body, headers=HEADERS)
+            assert answer.status_code == 202, await answer.get_data()
+            assert order == ["turn start written", "answered"]
+            turn_id = (await answer.get_json())["turn_id"]
+            seen = await h.until_terminal(sid, turn_id)
+            assert ev.COMPLETED in [s.type for s in seen if s.event.get("turn_id") == turn_id]
