@@ -4,8 +4,8 @@ A turn service holds a conversation's claim (a row in the store, see
 `Store.claim_conversation`) for as long as one of its turns runs there. A
 turn posted meanwhile by another process waits behind it, polling; its user
 message and its history are read only once it holds the claim, so it sees the
-answer it waited for. The holder renews a lease every `RENEW_EVERY` s; a
-claim whose holder died (pid gone, or reused: the start time differs) or
+answer it waited for. The holder renews a lease every `RENEW_EVERY` s (all
+of this process's claims in one statement: `Claims`); a claim whose holder died (pid gone, or reused: the start time differs) or
 whose lease ran out is taken over at the next poll, well within 5 s.
 
 The renewal is also how another process reaches a running turn: `omnigent
@@ -35,10 +35,26 @@ POLL_EVERY = 0.5     # s: a waiting turn re-checks this often
 
 
 class Claims:
+    """This process's side of the claims: taking them, and keeping every held one's lease running.
+
+    One renewer task serves all the claims held (`renewed`): every `RENEW_EVERY` s it renews
+    them in one statement and asks once which of their turns another process wants cancelled.
+    So what renewals cost the store does not grow with the number of running turns (a loaded
+    server has more of them, and slower: a renewal each per turn), and a turn opens no task of
+    its own for it. The renewer runs in the nursery given to `renew_in`, only while claims are held.
+    """
+
     def __init__(self, store: Store, owner: ClaimOwner | None = None) -> None:
         self.store = store
         self.owner = owner or ClaimOwner.this_process()
         self._ended: set[str] = set()  # released with their turn's end, inside `renewed`
+        self._held: dict[str, _Held] = {}  # session -> its claim's turn, inside `renewed`
+        self._nursery: trio.Nursery | None = None
+        self._renewing = False  # the renewer task runs (it ends when nothing is held)
+
+    def renew_in(self, nursery: trio.Nursery) -> None:
+        """Where the renewer task runs: a nursery that outlives every `renewed` block."""
+        self._nursery = nursery
 
     def held_elsewhere(self, session_id: str) -> bool:
         """Another live process's turn runs on this conversation now: do not touch its binding."""
@@ -75,25 +91,26 @@ class Claims:
                       on_cancel_request: Callable[[], None] | None = None) -> AsyncIterator[None]:
         """Keep an acquired claim's lease running inside; release the claim after.
 
-        `on_cancel_request` is called once, at a renewal, if another process asked for
-        this turn to be cancelled (it must not block: it starts the cancel elsewhere)."""
+        Raises `ClaimLost`, the body cancelled, if a renewal finds another process took it over.
+        `on_cancel_request` is called once, at a renewal, if another process asked for this turn
+        to be cancelled (it must not block: it starts the cancel elsewhere)."""
+        if self._nursery is None:
+            raise RuntimeError("Claims.renewed needs the nursery of its renewer: call renew_in first")
         self._ended.discard(session_id)
+        held = self._held[session_id] = _Held(turn_id, on_cancel_request)
+        if not self._renewing:
+            self._renewing = True
+            self._nursery.start_soon(self._renew_held)
         clean = False
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._renew, session_id, turn_id, on_cancel_request)
-                try:
-                    yield
-                finally:
-                    nursery.cancel_scope.cancel()
+            with held.scope:
+                yield
+            if held.lost:
+                raise ClaimLost(session_id)
             clean = True
-        except BaseExceptionGroup as group:
-            # what the body raised comes out as itself, not wrapped by this nursery, so the
-            # caller's `except sqlite3.Error` (a full disk) still matches
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
         finally:
+            if self._held.get(session_id) is held:
+                del self._held[session_id]
             # A completed turn released it with its end (`release_with_end`): nothing to read
             # back then, unless something raised (that transaction may have rolled back).
             released = clean and session_id in self._ended
@@ -112,25 +129,52 @@ class Claims:
         self.store.release_claim(session_id, self.owner)
         self._ended.add(session_id)
 
-    async def _renew(self, session_id: str, turn_id: str,
-                     on_cancel_request: Callable[[], None] | None) -> None:
-        while True:
-            await trio.sleep(RENEW_EVERY)
-            try:
-                renewed = self.store.renew_claim(session_id, self.owner, lease=LEASE)
-                if on_cancel_request is not None and self.store.cancel_requested(turn_id):
-                    log.info("turn %s: another process asked to cancel it (sessions rm)", turn_id)
-                    on_cancel_request()
-                    on_cancel_request = None
-            except sqlite3.Error as exc:  # a failing disk: try again at the next renewal
-                log.error("could not renew the claim on %s: %s", session_id, exc)
-                continue
-            if not renewed:
+    async def _renew_held(self) -> None:
+        # No checkpoint between the last check of `_held` and the flag's reset: a claim
+        # registered after it finds no renewer and starts one.
+        try:
+            while self._held:
+                await trio.sleep(RENEW_EVERY)
+                self._renew_round()
+        finally:
+            self._renewing = False
+
+    def _renew_round(self) -> None:
+        held = dict(self._held)
+        if not held:
+            return
+        try:
+            kept = self.store.renew_claims(held, self.owner, lease=LEASE)
+            asked = self.store.cancel_requested(
+                [claim.turn_id for claim in held.values() if claim.on_cancel_request is not None])
+        except sqlite3.Error as exc:  # a failing disk: try again at the next renewal
+            log.error("could not renew the claims on %d conversation(s): %s", len(held), exc)
+            return
+        for session_id, claim in held.items():
+            if session_id not in kept:
                 # our lease ran out (this process stalled for LEASE s) and another process took
                 # over: its turn has read this turn's message and may have answered it already,
                 # so this turn must not go on (it would answer twice, from an old history)
-                log.warning("turn %s lost its claim on %s to another process", turn_id, session_id)
-                raise ClaimLost(session_id)
+                log.warning("turn %s lost its claim on %s to another process", claim.turn_id, session_id)
+                claim.lost = True
+                claim.scope.cancel()
+                del self._held[session_id]
+            elif claim.turn_id in asked and claim.on_cancel_request is not None:
+                log.info("turn %s: another process asked to cancel it (sessions rm)", claim.turn_id)
+                on_cancel_request, claim.on_cancel_request = claim.on_cancel_request, None
+                on_cancel_request()
+
+
+class _Held:
+    """A claim inside `renewed`: its turn, the scope its body runs in, and what a renewal found."""
+
+    __slots__ = ("turn_id", "on_cancel_request", "scope", "lost")
+
+    def __init__(self, turn_id: str, on_cancel_request: Callable[[], None] | None) -> None:
+        self.turn_id = turn_id
+        self.on_cancel_request = on_cancel_request
+        self.scope = trio.CancelScope()
+        self.lost = False
 
 
 class ClaimLost(Exception):

@@ -107,6 +107,7 @@ class TurnService(TakeoversMixin):
         self.loss_window = loss_window
         self.loss_budget = loss_budget
         self.claims = claims or Claims(store)
+        self.claims.renew_in(nursery)
         self._serving: set[str] = set()  # sessions with a worker (started or running)
         self._active: dict[str, LoopTurn] = {}  # session -> the attempt its loop runs now
         self._retrying: set[str] = set()  # sessions whose interrupted turn waits for a runner

@@ -14,7 +14,7 @@ attempt records the session's ownership generation it was dispatched under.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from . import ids
@@ -101,9 +101,13 @@ class TurnsMixin(Tables):
                 " AND status IN ('queued', 'running', 'waiting') AND cancel_requested_at IS NULL",
                 [self._clock(), conv_id]).rowcount
 
-    def cancel_requested(self, turn_id: str) -> bool:
-        """Whether another process asked for this turn to be cancelled (`request_cancel`)."""
-        return bool(self._scalar("SELECT cancel_requested_at IS NOT NULL FROM turns WHERE id = ?", [turn_id]))
+    def cancel_requested(self, turn_ids: Collection[str]) -> set[str]:
+        """Those of these turns whose cancelling another process asked for (`request_cancel`)."""
+        if not turn_ids:
+            return set()
+        marks = ", ".join("?" * len(turn_ids))
+        return {row[0] for row in self.conn.execute(
+            f"SELECT id FROM turns WHERE id IN ({marks}) AND cancel_requested_at IS NOT NULL", list(turn_ids))}
 
     def next_queued_turn(self, conv_id: str) -> dict | None:
         """The oldest 'queued' turn of a conversation."""

@@ -41,7 +41,7 @@ def test_rm_asks_another_live_process_to_cancel_gives_up_when_it_does_not_and_ta
                 catalog.delete(live)
             assert store.get_conversation(live) is not None
             turn = store.list_turns(live)[0]
-            assert store.cancel_requested(turn["id"]) and turn["status"] == "queued"  # asked, not forced
+            assert store.cancel_requested([turn["id"]]) == {turn["id"]} and turn["status"] == "queued"  # asked, not forced
             catalog.delete(orphan)
             assert store.get_conversation(orphan) is None
             catalog.close()

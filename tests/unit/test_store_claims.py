@@ -27,12 +27,12 @@ def test_a_claim_is_exclusive_renewable_and_released_by_its_owner_only(tmp_path)
     assert not store.claim_conversation(conv, other, turn_id="turn_b", lease=6)
     assert store.claimed_elsewhere(conv, other) and not store.claimed_elsewhere(conv, me)
     now[0] += 5
-    assert store.renew_claim(conv, me, lease=6) and not store.renew_claim(conv, other, lease=6)
+    assert store.renew_claims([conv], me, lease=6) == {conv} and not store.renew_claims([conv], other, lease=6)
     now[0] += 5  # within the renewed lease
     assert not store.claim_conversation(conv, other, turn_id="turn_b", lease=6)
     now[0] += 2  # lease ran out: taken over
     assert store.claim_conversation(conv, other, turn_id="turn_b", lease=6)
-    assert not store.renew_claim(conv, me, lease=6) and not store.release_claim(conv, me)
+    assert not store.renew_claims([conv], me, lease=6) and not store.release_claim(conv, me)
     assert store.release_claim(conv, other) and store.claim_of(conv) is None
 
 
