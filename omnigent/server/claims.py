@@ -32,16 +32,19 @@ log = logging.getLogger("omnigent.server.claims")
 LEASE = 6.0          # s: three renewals' worth, so a loaded but live holder keeps it
 RENEW_EVERY = 2.0    # s
 POLL_EVERY = 0.5     # s: a waiting turn re-checks this often
+COALESCE = 1.0       # s: a round renews too the claims due this much after the first
 
 
 class Claims:
     """This process's side of the claims: taking them, and keeping every held one's lease running.
 
-    One renewer task serves all the claims held (`renewed`): every `RENEW_EVERY` s it renews
-    them in one statement and asks once which of their turns another process wants cancelled.
-    So what renewals cost the store does not grow with the number of running turns (a loaded
-    server has more of them, and slower: a renewal each per turn), and a turn opens no task of
-    its own for it. The renewer runs in the nursery given to `renew_in`, only while claims are held.
+    One renewer task serves all the claims held (`renewed`). Each claim is due `RENEW_EVERY` s
+    after it entered `renewed` or was last renewed; when the first is due, the renewer renews it and every
+    other due within `COALESCE` s, in one statement, and asks once which of their turns another
+    process wants cancelled. So renewals cost the store at most one statement a `COALESCE`
+    however many turns run (a loaded server runs more of them, and slower: each had a renewal
+    per 2 s), a turn shorter than `RENEW_EVERY` writes none, and a turn opens no task of its own
+    for it. The renewer runs in the nursery given to `renew_in`, only while claims are held.
     """
 
     def __init__(self, store: Store, owner: ClaimOwner | None = None) -> None:
@@ -130,19 +133,25 @@ class Claims:
         self._ended.add(session_id)
 
     async def _renew_held(self) -> None:
+        # Sleeps until the first claim is due and renews, with it, every claim due within
+        # COALESCE: none is renewed later than it would be by a task of its own, and rounds
+        # come at most every COALESCE s. A claim registered meanwhile is due last (its due
+        # time is now + RENEW_EVERY, every other is at most that), so the sleep stays right.
         # No checkpoint between the last check of `_held` and the flag's reset: a claim
         # registered after it finds no renewer and starts one.
         try:
             while self._held:
-                await trio.sleep(RENEW_EVERY)
-                self._renew_round()
+                await trio.sleep_until(min(claim.due for claim in self._held.values()))
+                self._renew_round(trio.current_time())
         finally:
             self._renewing = False
 
-    def _renew_round(self) -> None:
-        held = dict(self._held)
-        if not held:
-            return
+    def _renew_round(self, now: float) -> None:
+        if all(claim.due > now for claim in self._held.values()):
+            return  # the claim that was due has left meanwhile: none is renewed early for nothing
+        held = {sid: claim for sid, claim in self._held.items() if claim.due <= now + COALESCE}
+        for claim in held.values():
+            claim.due = now + RENEW_EVERY  # a failed round is tried again with the next
         try:
             kept = self.store.renew_claims(held, self.owner, lease=LEASE)
             asked = self.store.cancel_requested(
@@ -166,14 +175,16 @@ class Claims:
 
 
 class _Held:
-    """A claim inside `renewed`: its turn, the scope its body runs in, and what a renewal found."""
+    """A claim inside `renewed`: its turn, the scope its body runs in, when its lease is next
+    renewed, and what a renewal found."""
 
-    __slots__ = ("turn_id", "on_cancel_request", "scope", "lost")
+    __slots__ = ("turn_id", "on_cancel_request", "scope", "due", "lost")
 
     def __init__(self, turn_id: str, on_cancel_request: Callable[[], None] | None) -> None:
         self.turn_id = turn_id
         self.on_cancel_request = on_cancel_request
         self.scope = trio.CancelScope()
+        self.due = trio.current_time() + RENEW_EVERY  # as a renewer task of its own would
         self.lost = False
 
 

@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 import trio
 
-from omnigent.server.claims import LEASE, RENEW_EVERY, ClaimLost, Claims
+from omnigent.server.claims import COALESCE, LEASE, RENEW_EVERY, ClaimLost, Claims
 from omnigent.store import Store
 from omnigent.store.owners import ClaimOwner
 
@@ -60,6 +60,34 @@ async def test_held_claims_outlive_their_lease_with_one_statement_a_round_and_th
     assert len(renewals) == rounds  # one statement for all three, every round
     assert all(store.claim_of(sid) is None for sid in sessions)  # released on the way out
     assert trio.current_time() == pytest.approx((rounds + 1) * RENEW_EVERY)  # its last sleep found none
+
+
+async def test_claims_due_close_together_are_renewed_in_one_statement_and_a_short_turn_writes_none(
+        autojump_clock, store):
+    claims = Claims(store)
+    sessions = _claimed(store, claims, 4)
+    renewals = _count_renewals(store)
+    async with trio.open_nursery() as nursery:
+        claims.renew_in(nursery)
+
+        async def hold(n: int, sid: str, after: float, seconds: float) -> None:
+            await trio.sleep(after)
+            async with claims.renewed(sid, f"turn_{n}"):
+                await trio.sleep(seconds)
+
+        nursery.start_soon(hold, 0, sessions[0], 0.0, RENEW_EVERY - 0.1)  # a short turn: never due
+        nursery.start_soon(hold, 1, sessions[1], 0.5, 2 * RENEW_EVERY)  # due at 2.5
+        nursery.start_soon(hold, 2, sessions[2], 0.5 + COALESCE, 2 * RENEW_EVERY)  # due at 3.5: with it
+        nursery.start_soon(hold, 3, sessions[3], 0.6 + COALESCE, 2 * RENEW_EVERY)  # 3.6: a round of its own
+        await trio.sleep(2.5)
+        assert renewals == [] and trio.current_time() == pytest.approx(2.5)
+        await trio.sleep(0.01)
+        [first] = renewals
+        assert sessions[1] in first and sessions[2] in first and sessions[0] not in first
+        await trio.sleep(1.09)
+        assert len(renewals) == 1  # 3.6: sessions[3] is due now
+        await trio.sleep(0.01)
+        assert len(renewals) == 2 and sessions[3] in renewals[1]
 
 
 async def test_a_claim_taken_over_cancels_its_own_body_only(autojump_clock, store):
