@@ -115,12 +115,14 @@ class Claims:
             if self._held.get(session_id) is held:
                 del self._held[session_id]
             # A completed turn released it with its end (`release_with_end`): nothing to read
-            # back then, unless something raised (that transaction may have rolled back).
+            # back then, unless something raised (that transaction may have rolled back). Only
+            # this turn's claim is released: once that end committed, the next message may have
+            # taken the claim for its own turn (`queue_message`), which runs without acquiring it.
             released = clean and session_id in self._ended
             self._ended.discard(session_id)
             try:
-                if not released and self.store.holds_claim(session_id, self.owner):
-                    self.store.release_claim(session_id, self.owner)
+                if not released and self.store.holds_claim(session_id, self.owner, turn_id=turn_id):
+                    self.store.release_claim(session_id, self.owner, turn_id=turn_id)
             except sqlite3.Error as exc:  # e.g. a full disk: the lease runs out by itself
                 log.error("could not release the claim on %s: %s", session_id, exc)
 

@@ -283,15 +283,20 @@ class TurnService(TakeoversMixin):
                 # many sessions holds no task (~3.4 KB each) for each idle one.
                 return
             try:
-                # a claim held elsewhere: the wait may be long, the watchers need not wait with it
-                claimed = self.claims.acquire(session_id, turn["id"], on_wait=partial(self.hub.release, session_id))
-                if not await self._wait(session_id, claimed):
-                    self._cancelled(session_id, turn["id"])
-                    continue
+                # A started attempt holds the claim (its message's transaction took it and
+                # `_placed_at_once` read it there), and its message was appended at once: there is
+                # nothing to wait for or place, so neither is read again.
+                if started is None:
+                    # a claim held elsewhere: the wait may be long, the watchers need not wait with it
+                    claimed = self.claims.acquire(session_id, turn["id"], on_wait=partial(self.hub.release, session_id))
+                    if not await self._wait(session_id, claimed):
+                        self._cancelled(session_id, turn["id"])
+                        continue
                 # history is read only inside the claim: it has the answer this turn waited for
                 async with self.claims.renewed(session_id, turn["id"], on_cancel_request=partial(
                         self._nursery.start_soon, self.interrupt, session_id)):
-                    self.store.place_pending(session_id, turn["input_item_id"])
+                    if started is None:
+                        self.store.place_pending(session_id, turn["input_item_id"])
                     if self.adoptions.expects(turn["id"]):  # (never a turn started with its message)
                         await self._recover(session_id, turn)
                     else:

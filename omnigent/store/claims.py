@@ -65,13 +65,16 @@ class ClaimsMixin(Tables):
                 [self._clock() + lease, *conv_ids, owner.pid, owner.started, owner.token],
             ).fetchall()}
 
-    def release_claim(self, conv_id: str, owner: ClaimOwner) -> bool:
+    def release_claim(self, conv_id: str, owner: ClaimOwner, *, turn_id: str | None = None) -> bool:
+        """Delete `owner`'s claim (with `turn_id`, only one taken for that turn); False if none was."""
+        sql = """DELETE FROM conversation_claims WHERE conversation_id = ?
+                 AND owner_pid = ? AND owner_started = ? AND owner_token = ?"""
+        params: list = [conv_id, owner.pid, owner.started, owner.token]
+        if turn_id is not None:
+            sql += " AND turn_id = ?"
+            params.append(turn_id)
         with self._write_one():
-            return bool(self.db.execute(
-                """DELETE FROM conversation_claims WHERE conversation_id = ?
-                   AND owner_pid = ? AND owner_started = ? AND owner_token = ?""",
-                [conv_id, owner.pid, owner.started, owner.token],
-            ).rowcount)
+            return bool(self.db.execute(sql, params).rowcount)
 
     def holds_claim(self, conv_id: str, owner: ClaimOwner, *, turn_id: str | None = None,
                     for_at_least: float | None = None) -> bool:

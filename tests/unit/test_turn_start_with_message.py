@@ -127,8 +127,9 @@ async def test_a_message_posted_while_the_worker_leaves_its_turn_starts_with_it(
 
 async def test_a_worker_that_breaks_leaving_its_turn_still_runs_the_started_one_once(autojump_clock, tmp_path):
     """The worker fails after its turn ended and the next message started its attempt: leaving
-    `Claims.renewed` unclean, it releases the claim it finds (the new turn's). The worker then takes
-    the claim again and follows the started attempt: answered once, the turn before left as it was."""
+    `Claims.renewed` unclean, it releases only its own turn's claim, not the new turn's. The worker
+    then follows the started attempt, which holds its claim throughout: answered once, the turn
+    before left as it was."""
     with trio.fail_after(TIMEOUT):
         async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
             await h.online(1)
@@ -139,6 +140,10 @@ async def test_a_worker_that_breaks_leaving_its_turn_still_runs_the_started_one_
             (second,) = posted
             turn = second["turn"]
             assert turn["status"] == "running"
+            while not [e for e in h.store.read_events(sid, 0) if e.get("turn_id") == turn["id"]
+                       and e["type"] == ev.TEXT_DELTA]:
+                assert h.store.claim_of(sid)["turn_id"] == turn["id"]  # held all along
+                await trio.sleep(0.05)
             seen = await h.until_terminal(sid, turn["id"])
             types = [s.type for s in seen if s.event.get("turn_id") == turn["id"]]
             assert types.count(ev.COMPLETED) == 1 and ev.FAILED not in types, types
