@@ -4,9 +4,10 @@ A turn service holds a conversation's claim (a row in the store, see
 `Store.claim_conversation`) for as long as one of its turns runs there. A
 turn posted meanwhile by another process waits behind it, polling; its user
 message and its history are read only once it holds the claim, so it sees the
-answer it waited for. The holder renews a lease every `RENEW_EVERY` s (all
-of this process's claims in one statement: `Claims`); a claim whose holder died (pid gone, or reused: the start time differs) or
-whose lease ran out is taken over at the next poll, well within 5 s.
+answer it waited for. The holder renews a lease every `RENEW_EVERY` s (the
+claims of a process due together in one statement: `Claims`); a claim whose
+holder died (pid gone, or reused: the start time differs) or whose lease ran
+out is taken over at the next poll, well within 5 s.
 
 The renewal is also how another process reaches a running turn: `omnigent
 sessions rm` on the local store cannot call this process's dispatcher, so
@@ -39,9 +40,9 @@ class Claims:
     """This process's side of the claims: taking them, and keeping every held one's lease running.
 
     One renewer task serves all the claims held (`renewed`). Each claim is due `RENEW_EVERY` s
-    after it entered `renewed` or was last renewed; when the first is due, the renewer renews it and every
-    other due within `COALESCE` s, in one statement, and asks once which of their turns another
-    process wants cancelled. So renewals cost the store at most one statement a `COALESCE`
+    after it entered `renewed` or was last renewed; when the first is due, the renewer renews it
+    and every other due within `COALESCE` s, in one statement, and asks once which of their
+    turns another process wants cancelled. So renewals cost the store at most one statement a `COALESCE`
     however many turns run (a loaded server runs more of them, and slower: each had a renewal
     per 2 s), a turn shorter than `RENEW_EVERY` writes none, and a turn opens no task of its own
     for it. The renewer runs in the nursery given to `renew_in`, only while claims are held.
