@@ -88,8 +88,10 @@ class TtyInput:
         self._answering = False  # the prompt shown is an `ask`, not readline's
         self._wake_r, self._wake_w = os.pipe()  # dismisses an `ask` (see module doc)
         os.set_blocking(self._wake_r, False)
-        self._intr = termios.tcgetattr(fd)[6][termios.VINTR]
+        chars = termios.tcgetattr(fd)[6]
+        self._intr, self._eof = chars[termios.VINTR], chars[termios.VEOF]
         self._no_char = bytes([os.fpathconf(fd, "PC_VDISABLE")])
+        self._set_reading(None)  # nobody reads yet: a Ctrl-D typed ahead waits for the first prompt
         readline.set_auto_history(False)
         readline.parse_and_bind(_CLEAR_LINE)
         if history is not None:
@@ -160,7 +162,7 @@ class TtyInput:
                 except (trio.Cancelled, trio.RunFinishedError):
                     return
                 continue
-            self._set_intr(False)
+            self._set_reading("line")
             self._prompt = prompt
             if kind == "interruptible":
                 self._rl.parse_and_bind(_INTERRUPT_LINE)
@@ -170,7 +172,7 @@ class TtyInput:
                 typed = None
             finally:
                 self._prompt = None
-                self._set_intr(True)
+                self._set_reading(None)
                 if kind == "interruptible":
                     self._rl.parse_and_bind(_CLEAR_LINE)
             line = typed
@@ -186,6 +188,7 @@ class TtyInput:
                 termios.tcflush(self._fd, termios.TCIFLUSH)
             except termios.error:
                 pass
+            self._set_reading("answer")  # Ctrl-D ends it (None), Ctrl-C stays a SIGINT
             sys.stdout.write(prompt)
             sys.stdout.flush()
             self._prompt, self._answering = prompt, True
@@ -216,13 +219,25 @@ class TtyInput:
                     return data.decode("utf-8", "replace").rstrip("\r\n") if data else None
         finally:
             self._prompt, self._answering = None, False
+            self._set_reading(None)
 
-    def _set_intr(self, on: bool) -> None:
+    def _set_reading(self, reading: str | None) -> None:
+        """The terminal's special characters for who reads it now: readline ("line"), an `ask`
+        ("answer"), or nobody (None: a turn runs, or the REPL is between two reads).
+
+        - Interrupt (Ctrl-C) is off while readline reads (it clears the line there), on otherwise.
+        - End of file (Ctrl-D) is off while nobody reads. In the terminal's canonical mode the
+          kernel turns a Ctrl-D into an end-of-file mark for whoever reads next, and readline,
+          which reads in its own mode, never sees one left there: a Ctrl-D typed before the
+          prompt was up (just after an answer, a `/switch`) was lost. Off, it waits in the
+          line as a plain character, and readline reads it as the key it is.
+        """
         if not sys.stdout.isatty():
             return  # input() does not use readline then, and ^C would land in the line
         try:
             attrs = termios.tcgetattr(self._fd)
-            attrs[6][termios.VINTR] = self._intr if on else self._no_char
+            attrs[6][termios.VINTR] = self._no_char if reading == "line" else self._intr
+            attrs[6][termios.VEOF] = self._no_char if reading is None else self._eof
             termios.tcsetattr(self._fd, termios.TCSANOW, attrs)
         except termios.error:
             pass

@@ -109,6 +109,36 @@ def test_ctrl_c_cancels_a_turn_clears_an_idle_line_and_the_repl_stays(
     assert (home / ".omnigent" / "history").stat().st_mode & 0o777 == 0o600  # what was typed is private
 
 
+def test_a_ctrl_d_typed_while_a_turn_runs_leaves_once_the_answer_is_shown(
+    omnigent_python, omnigent_repo_root, mock_credentials_env, mock_llm_server_url, tmp_path,
+):
+    """Nobody reads the terminal while a turn runs: a Ctrl-D typed then waits for the next prompt,
+    as in a shell, and leaves there (before, the terminal's own end-of-file mark swallowed it)."""
+    model = new_model()
+    home = tmp_path / "home"
+    env = agent_env(mock_credentials_env, home)
+    agent = write_agent(tmp_path, model)
+    configure_mock_llm(mock_llm_server_url, [{"block": True, "text": "ANSWERED_FIRST"}], key=model)
+    child = _spawn(omnigent_python, omnigent_repo_root, env, run_args(agent))
+    try:
+        child.expect(STATE_SLEEPING)
+        child.expect(PROMPT_READY)
+        submit_prompt(child, "take your time")
+        child.expect(STATE_RUNNING)
+        wait_for_gate(mock_llm_server_url, model)
+        child.sendcontrol("d")
+        release_gates(mock_llm_server_url)
+        child.expect("ANSWERED_FIRST")
+        child.expect(r"Resume this conversation with: omnigent run \S+ --resume conv_\w+")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+    finally:
+        release_gates(mock_llm_server_url)
+        child.close(force=True)
+    assert turn_statuses(home) == ["completed"]
+
+
 def test_the_picker_resumes_the_conversation_picked_by_number(
     omnigent_python, omnigent_repo_root, mock_credentials_env, mock_llm_server_url, tmp_path,
 ):
