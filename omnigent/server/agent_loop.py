@@ -89,15 +89,18 @@ class AgentLoop(ToolStepsMixin):
 
     async def run(self, t: LoopTurn) -> str:
         steps: list[dict[str, Any]] | None = None
+        items: list[dict[str, Any]] | None = None
         if t.adopted:
             outcome = await self._follow_open_step(t)
             if outcome is not None:
                 return outcome
+        elif t.begun is not None:  # a fresh turn: its one step begun with its attempt, no item yet
+            steps, items = [t.begun], []
         else:
             steps = self._recover(t)
         while True:
-            plan = self._plan(t, steps)
-            steps = None  # read again for every later step: each one wrote
+            plan = self._plan(t, steps, items)
+            steps = items = None  # read again for every later step: each one wrote
             kind, n, call, later = plan.kind, plan.step, plan.call, plan.later
             if t.cancel_requested:
                 self._not_run(t, n, ([call] if call else []) + later, NOT_RUN_CANCELLED)
@@ -119,12 +122,15 @@ class AgentLoop(ToolStepsMixin):
         plan = self._plan(t)
         return plan.kind, plan.step, plan.call, plan.later
 
-    def _plan(self, t: Any, steps: list[dict[str, Any]] | None = None) -> _Plan:
-        """`_next`, with what it read. `steps`: the turn's steps as the caller just read them."""
+    def _plan(self, t: Any, steps: list[dict[str, Any]] | None = None,
+              items: list[dict[str, Any]] | None = None) -> _Plan:
+        """`_next`, with what it read. `steps` and `items`: the turn's steps and items as the caller
+        has them, current (read or written with no checkpoint since)."""
         if steps is None:
             steps = self.store.steps(t.turn_id)
         last = steps[-1] if steps else None
-        items = self.turn_items(t.session_id, t.turn_id)
+        if items is None:
+            items = self.turn_items(t.session_id, t.turn_id)
         pending = _pending(items)
         if last is not None and last["status"] in OPEN:
             if last["kind"] == "model":
@@ -141,16 +147,17 @@ class AgentLoop(ToolStepsMixin):
             return _Plan("done", n, None, [], items, None)
         return _Plan("model", n, None, [], items, None)
 
-    def begin_first_step(self, session_id: str, turn: dict[str, Any]) -> bool:
+    def begin_first_step(self, session_id: str, turn: dict[str, Any]) -> dict[str, Any] | None:
         """Begin a fresh turn's first step (a model step: it has no step and no item yet) inside the
-        caller's transaction, the one that starts its attempt; False for any other turn.
+        caller's transaction, the one that starts its attempt; its row, or None for any other turn.
 
         What the loop would do first anyway, with no checkpoint in between (`run` finds the step
-        begun for this attempt and begins nothing): one write transaction fewer per turn."""
+        begun for this attempt and begins nothing): one write transaction fewer per turn. Given
+        to the attempt's `LoopTurn.begun`, the row is also what the loop's first plan needs to
+        read: the turn's only step, and no item."""
         if turn.get("step") is not None or turn.get("output_persisted"):
-            return False  # steps or stored output (a turn of an older release): `_next` decides
-        self.store.begin_step(session_id, turn["id"], 0, "model", attempt=int(turn.get("attempt") or 0))
-        return True
+            return None  # steps or stored output (a turn of an older release): `_next` decides
+        return self.store.begin_step(session_id, turn["id"], 0, "model", attempt=int(turn.get("attempt") or 0))
 
     def _recover(self, t: LoopTurn) -> list[dict[str, Any]] | None:
         """A re-dispatch: say what happens to the step left open, and settle a side-effecting tool.

@@ -49,6 +49,7 @@ class LoopTurn:
     approval_timeout: float | None
     hub: EventHub
     adopted: bool = False              # the runner claimed its step in flight: follow it first
+    begun: dict[str, Any] | None = None  # step 0, begun with this attempt (`begin_first_step`): its row
     cancel_requested: bool = False
     approval_scope: trio.CancelScope | None = None
     waiting_for: str | None = None     # the approval id it waits on

@@ -73,11 +73,13 @@ log = logging.getLogger("omnigent.server.turns")
 
 class _Started(NamedTuple):
     """A turn's first attempt, begun with its message (`queue_message`), for its worker to follow:
-    the turn's row as started, the runner it went to, and the session's row it was started from."""
+    the turn's row as started, the runner it went to, the session's row it was started from, and
+    the step begun with it (`AgentLoop.begin_first_step`)."""
 
     turn: dict[str, Any]
     conn: RunnerConn
     conv: dict[str, Any]
+    begun: dict[str, Any] | None
 
 
 class TurnService(TakeoversMixin):
@@ -148,8 +150,8 @@ class TurnService(TakeoversMixin):
             placed = self._placed_at_once(session_id, turn["id"])
             if placed is not None:
                 conn, conv = placed
-                turn = self._start_attempt(tx, session_id, turn["id"], conn, conv)
-                started = _Started(turn, conn, conv)
+                turn, begun = self._start_attempt(tx, session_id, turn["id"], conn, conv)
+                started = _Started(turn, conn, conv, begun)
         if started is not None:  # committed: the session's worker follows that attempt
             self._started[session_id] = started
             self.hub.hold(session_id)  # its watchers read these events once the runner has the step
@@ -341,7 +343,7 @@ class TurnService(TakeoversMixin):
                 first, started = started, None  # followed once: a retry places the turn as ever
                 conn = first.conn
                 outcome = await self._follow(session_id, turn_id, conn, conn.open_turn(turn_id), adopted=False,
-                                             conv=first.conv, turn=first.turn)
+                                             conv=first.conv, turn=first.turn, begun=first.begun)
             elif not await self._wait(session_id, self._pace(losses)):
                 self._retrying.discard(session_id)
                 self._cancelled(session_id, turn_id)
@@ -411,28 +413,31 @@ class TurnService(TakeoversMixin):
         if conv is None:
             conv = self.store.get_conversation(session_id, counts=False) or {}  # gone: fail cleanly
         with self.hub.transaction(session_id) as tx:  # the attempt and its events commit together (events)
-            turn = self._start_attempt(tx, session_id, turn_id, conn, conv)
+            turn, begun = self._start_attempt(tx, session_id, turn_id, conn, conv)
         # the rows just read and written go on as they are: nothing ran in between (no checkpoint)
         return await self._follow(session_id, turn_id, conn, conn.open_turn(turn_id), adopted=False,
-                                  conv=conv, turn=turn)
+                                  conv=conv, turn=turn, begun=begun)
 
     def _start_attempt(self, tx: Any, session_id: str, turn_id: str, conn: RunnerConn,
-                       conv: dict[str, Any]) -> dict[str, Any]:
+                       conv: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """An attempt's start inside the transaction `tx`: the turn running on `conn` under the session's
-        generation, a fresh turn's first step with it, and their events; the turn's row."""
+        generation, a fresh turn's first step with it, and their events; the turn's row as started
+        and the step begun (None: not a fresh turn)."""
         turn = self.store.start_turn(turn_id, conn.runner_id, os.getpid(), generation=int(conv.get("generation") or 0))
-        self.loop.begin_first_step(session_id, turn)  # a fresh turn's model step 0 with it
+        begun = self.loop.begin_first_step(session_id, turn)  # a fresh turn's model step 0 with it
         tx.publish(ev.SESSION_STATUS, status="running", turn_id=turn_id)
         tx.publish(ev.RESPONSE_CREATED, turn_id=turn_id, attempt=turn["attempt"], runner_id=conn.runner_id)
-        return turn
+        return turn, begun
 
     async def _follow(self, session_id: str, turn_id: str, conn: RunnerConn,
                       frames: trio.MemoryReceiveChannel[Any], *, adopted: bool = True,
-                      conv: dict[str, Any] | None = None, turn: dict[str, Any] | None = None) -> str:
+                      conv: dict[str, Any] | None = None, turn: dict[str, Any] | None = None,
+                      begun: dict[str, Any] | None = None) -> str:
         """Run the turn's steps on `conn` (an attempt dispatched here, or one its runner claimed).
 
         `conv` and `turn`: their rows as the caller has them, current (read or written with no
-        checkpoint since); None reads them."""
+        checkpoint since); None reads them. `begun`: the step this attempt's start began
+        (`_start_attempt`), the loop's first plan starting from it."""
         if conv is None:
             conv = self.store.get_conversation(session_id, counts=False) or {}
         spec = self.store.session_spec(session_id) if conv else {}
@@ -443,7 +448,7 @@ class TurnService(TakeoversMixin):
             session_id, turn_id, turn.get("input_item_id"), int(turn.get("attempt") or 0),
             int(turn.get("generation") or 0), conn, frames, spec, conv,
             effective_mode(conv.get("permission_mode"), spec.get("permissions"), host_policy),
-            turn.get("approval_timeout"), self.hub, adopted=adopted)
+            turn.get("approval_timeout"), self.hub, adopted=adopted, begun=begun)
         self._active[session_id] = loop_turn
         try:
             return await self.loop.run(loop_turn)
