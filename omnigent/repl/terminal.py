@@ -9,6 +9,10 @@ abandoned `input()` can steal a later line (stack-notes §8).
 While readline waits, the terminal's interrupt character is switched off
 (readline forces ISIG on, so that is the only way), and Ctrl-C reaches readline
 as a key that clears the line; during a turn Ctrl-C is a SIGINT for the REPL.
+While nobody reads (a turn runs, the next prompt is being drawn), the
+end-of-file character is switched off instead, so a Ctrl-D typed then waits
+in the line for readline rather than becoming the kernel's end-of-file mark,
+which readline never sees (`_set_reading`).
 A read that may be interrupted (`read(..., interrupt=True)`: the `--resume`
 picker) binds Ctrl-C to a macro that ends the line with a lone `^C` instead,
 so readline returns and restores the terminal itself, and `read` raises

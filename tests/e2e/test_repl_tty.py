@@ -39,6 +39,16 @@ def _spawn(python, root, env, args) -> pexpect.spawn:
                          codec_errors="replace", timeout=TIMEOUT, dimensions=(40, 120))
 
 
+def _left_with_the_resume_hint(child: pexpect.spawn) -> str:
+    """The REPL leaves as Ctrl-D makes it: the resume hint, then exit 0; the conversation's id."""
+    child.expect(r"Resume this conversation with: omnigent run \S+ --resume (conv_\w+)")
+    resume_id = child.match.group(1)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    return resume_id
+
+
 RENDERED = "# Done\n**Reply**: SESSION_LIFECYCLE_OK\nkept: a_b_c and 2*3*4\n- `AFTER_CANCEL`"
 
 
@@ -89,11 +99,7 @@ def test_ctrl_c_cancels_a_turn_clears_an_idle_line_and_the_repl_stays(
         child.expect(re.escape("SESSION_LIFECYCLE_OK"))
         child.expect(PROMPT_READY)
         child.sendcontrol("d")
-        child.expect(r"Resume this conversation with: omnigent run \S+ --resume (conv_\w+)")
-        resume_id = child.match.group(1)
-        child.expect(pexpect.EOF)
-        child.close()
-        assert child.exitstatus == 0
+        resume_id = _left_with_the_resume_hint(child)
     finally:
         release_gates(mock_llm_server_url)
         child.close(force=True)
@@ -129,10 +135,7 @@ def test_a_ctrl_d_typed_while_a_turn_runs_leaves_once_the_answer_is_shown(
         child.sendcontrol("d")
         release_gates(mock_llm_server_url)
         child.expect("ANSWERED_FIRST")
-        child.expect(r"Resume this conversation with: omnigent run \S+ --resume conv_\w+")
-        child.expect(pexpect.EOF)
-        child.close()
-        assert child.exitstatus == 0
+        _left_with_the_resume_hint(child)
     finally:
         release_gates(mock_llm_server_url)
         child.close(force=True)
