@@ -167,9 +167,7 @@ class AgentLoop(ToolStepsMixin):
         last = steps[-1] if steps else None
         if last is None or last["status"] != "running":
             return steps  # nothing open ("waiting": the gate resumes its approval)
-        if last["kind"] == "model":
-            if last["attempt"] == t.attempt:  # begun by this very attempt (`begin_first_step`): not left open
-                return steps
+        if last["kind"] == "model":  # (a step begun by this very attempt comes as `t.begun`: never here)
             t.recovered(last["step"], "model", "repeated",
                         reason="the runner stopped during the model call; it is asked again")
             return steps
