@@ -148,7 +148,8 @@ async def test_a_failing_store_skips_a_round_and_the_claim_is_kept_at_the_next(a
     async with trio.open_nursery() as nursery:
         claims.renew_in(nursery)
         async with claims.renewed(sid, "turn_0"):
-            await trio.sleep(LEASE - 0.5)  # one round failed, the next renewed it in time
+            # past the lease it was taken with (6 s): the round at 2 s failed, the one at 4 s renewed it
+            await trio.sleep(LEASE + 1)
             assert not store.claim_conversation(sid, _another_process(), turn_id=None, lease=LEASE)
     assert "could not renew the claims on 1 conversation(s): disk I/O error" in caplog.text
 
