@@ -44,6 +44,7 @@ from omnigent.server.serve import _consume_host
 from omnigent.server.state import ServerState
 from omnigent.server.turns import TurnService
 from omnigent.store import Store
+from omnigent.store.owners import ClaimOwner
 from protocol import events as ev
 from protocol.history import HISTORY_CACHE
 from supervisor import Event, RestartPolicy, Supervisor
@@ -131,6 +132,13 @@ class RunnerScript:
 
     def tool(self, index: int) -> ToolScript:
         return self.tools[index] if index < len(self.tools) else self.default_tool
+
+
+def another_process() -> ClaimOwner:
+    """A claimant standing for another live omnigent process (it is this one, with its own token):
+    what a second server or `omnigent run` sharing the store would hold."""
+    me = ClaimOwner.this_process()
+    return ClaimOwner(me.pid, me.started, token="another-process")
 
 
 def answers(text: str = "Hello!", after: float = 1.0) -> RunnerScript:

@@ -13,12 +13,7 @@ import trio
 
 from omnigent.server.claims import COALESCE, LEASE, RENEW_EVERY, ClaimLost, Claims
 from omnigent.store import Store
-from omnigent.store.owners import ClaimOwner
-
-
-def _another_process() -> ClaimOwner:
-    me = ClaimOwner.this_process()
-    return ClaimOwner(me.pid, me.started, token="another-process")  # alive: it is us
+from tests.support.fake_runners import another_process
 
 
 @pytest.fixture
@@ -52,7 +47,7 @@ async def test_held_claims_outlive_their_lease_with_one_statement_a_round_and_th
         async def hold(n: int, sid: str) -> None:
             async with claims.renewed(sid, f"turn_{n}"):
                 await trio.sleep(3 * LEASE + 1)  # three leases long, renewed all along
-                assert not store.claim_conversation(sid, _another_process(), turn_id=None, lease=LEASE)
+                assert not store.claim_conversation(sid, another_process(), turn_id=None, lease=LEASE)
 
         for n, sid in enumerate(sessions):
             nursery.start_soon(hold, n, sid)
@@ -112,7 +107,7 @@ async def test_a_claim_taken_over_cancels_its_own_body_only(autojump_clock, stor
         # as if this process had stalled on one of them: the lease ran out, another took it
         store.conn.execute("UPDATE conversation_claims SET lease_until = 0 WHERE conversation_id = ?", [lost_sid])
         store.conn.commit()
-        assert store.claim_conversation(lost_sid, _another_process(), turn_id=None, lease=600)
+        assert store.claim_conversation(lost_sid, another_process(), turn_id=None, lease=600)
     assert outcome[lost_sid] == ("lost", pytest.approx(RENEW_EVERY))  # found at the first round
     assert outcome[kept_sid] == "done"
     assert store.claim_of(lost_sid)["owner_token"] == "another-process"  # not released by us
@@ -150,7 +145,7 @@ async def test_a_failing_store_skips_a_round_and_the_claim_is_kept_at_the_next(a
         async with claims.renewed(sid, "turn_0"):
             # past the lease it was taken with (6 s): the round at 2 s failed, the one at 4 s renewed it
             await trio.sleep(LEASE + 1)
-            assert not store.claim_conversation(sid, _another_process(), turn_id=None, lease=LEASE)
+            assert not store.claim_conversation(sid, another_process(), turn_id=None, lease=LEASE)
     assert "could not renew the claims on 1 conversation(s): disk I/O error" in caplog.text
 
 

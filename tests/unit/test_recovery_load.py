@@ -20,6 +20,7 @@ from protocol import events as ev
 from tests.support.fake_runners import (
     RunnerScript,
     TurnScript,
+    another_process,
     answers,
     assistant_item,
     dies_mid_turn,
@@ -163,17 +164,12 @@ async def test_without_pacing_the_same_poison_turn_would_exceed_the_restart_inte
 # --- conversation claims ------------------------------------------------------------------------
 
 
-def _another_process() -> ClaimOwner:
-    me = ClaimOwner.this_process()
-    return ClaimOwner(me.pid, me.started, token="another-process")  # alive: it is us
-
-
 async def test_a_turn_waits_behind_another_process_and_its_history_has_that_answer(autojump_clock, tmp_path):
     with trio.fail_after(TIMEOUT):
         async with open_harness(tmp_path, default=answers("mine", after=1.0)) as h:
             await h.online(1)
             sid = h.new_session()
-            other = _another_process()
+            other = another_process()
             # the other process's turn: its user message is stored, it holds the claim
             theirs = h.store.append_item(sid, {"type": "message", "role": "user", "content": "theirs"})
             assert h.store.claim_conversation(sid, other, turn_id=None, lease=60)
@@ -222,14 +218,14 @@ async def test_a_lost_runner_leaves_a_session_claimed_by_another_live_process_al
             victim = h.store.get_conversation(sids[0])["runner_id"]
             on_victim = [sid for sid in sids if h.store.get_conversation(sid)["runner_id"] == victim]
             claimed, *free = on_victim
-            assert h.store.claim_conversation(claimed, _another_process(), turn_id=None, lease=60)
+            assert h.store.claim_conversation(claimed, another_process(), turn_id=None, lease=60)
             h.launcher.by_id(victim).kill()
             await h.until(lambda: victim not in h.registry.online)
             await trio.sleep(0.3)
             assert h.store.get_conversation(claimed)["runner_id"] == victim  # not ours to move
             assert all(h.store.get_conversation(sid)["runner_id"] != victim for sid in free)
             # once the other process lets go, this server's next turn takes it over
-            h.store.release_claim(claimed, _another_process())
+            h.store.release_claim(claimed, another_process())
             await h.until_terminal(claimed, queue(h, claimed, "again")["id"])
             assert h.store.get_conversation(claimed)["runner_id"] in h.registry.online
             assert os.getpid() == ClaimOwner.this_process().pid
@@ -241,14 +237,14 @@ async def test_interrupt_ends_a_turn_waiting_behind_another_process_or_a_paced_r
             await h.online(1)
             # behind another process's claim
             sid = h.new_session()
-            assert h.store.claim_conversation(sid, _another_process(), turn_id=None, lease=60)
+            assert h.store.claim_conversation(sid, another_process(), turn_id=None, lease=60)
             waiting = queue(h, sid, "waiting")
             await trio.sleep(3)
             assert await h.turns.interrupt(sid)
             await h.until_terminal(sid, waiting["id"])
             assert [e["turn_id"] for e in events_of(h, sid, ev.CANCELLED)] == [waiting["id"]]
             assert h.store.get_turn(waiting["id"])["status"] == "cancelled"
-            h.store.release_claim(sid, _another_process())
+            h.store.release_claim(sid, another_process())
             # a poison turn paused after three losses
             other = h.new_session()
             await h.until_terminal(other, queue(h, other, "first")["id"])
@@ -278,7 +274,7 @@ async def test_a_turn_whose_claim_was_taken_over_while_it_stalled_never_answers(
             # as if this process had stalled: its lease ran out and another process took over
             h.store.conn.execute("UPDATE conversation_claims SET lease_until = 0 WHERE conversation_id = ?", [sid])
             h.store.conn.commit()
-            assert h.store.claim_conversation(sid, _another_process(), turn_id=None, lease=600)
+            assert h.store.claim_conversation(sid, another_process(), turn_id=None, lease=600)
             await trio.sleep(LEASE)
             [failed] = events_of(h, sid, ev.FAILED)
             assert failed["turn_id"] == turn["id"] and failed["error"]["code"] == "overtaken"
