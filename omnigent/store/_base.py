@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -122,6 +122,23 @@ class Tables:
     def _require_conversation(self, conv_id: str) -> None:
         if self._scalar("SELECT 1 FROM conversations WHERE id = ?", [conv_id]) is None:
             raise NotFoundError(f"conversation {conv_id!r} not found")
+
+
+# Ids bound into one `IN (...)` at most: SQLite refuses a statement of more than 32,766
+# parameters, and a process may hold more claims (or ask about more turns) than that.
+IN_CHUNK = 500
+
+
+def in_chunks(values: Iterable[str], size: int = IN_CHUNK) -> Iterator[list[str]]:
+    """`values` in lists of at most `size`, each small enough to bind into one `IN (...)`."""
+    chunk: list[str] = []
+    for value in values:
+        chunk.append(value)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def strictly_after(latest: float | None, now: float) -> float:

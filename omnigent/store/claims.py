@@ -19,7 +19,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from . import ids
-from ._base import Tables, _wire_item
+from ._base import Tables, _wire_item, in_chunks
 from .errors import NotFoundError
 from .owners import ClaimOwner, owner_alive
 
@@ -53,17 +53,21 @@ class ClaimsMixin(Tables):
         return True
 
     def renew_claims(self, conv_ids: Collection[str], owner: ClaimOwner, *, lease: float) -> set[str]:
-        """Extend `owner`'s claims on these conversations, in one statement whatever their number;
-        returns those it still held (the others were taken over)."""
+        """Extend `owner`'s claims on these conversations, in one transaction whatever their number
+        (one statement per `IN_CHUNK` of them); returns those it still held (the others were taken over)."""
         if not conv_ids:
             return set()
-        marks = ", ".join("?" * len(conv_ids))
+        held: set[str] = set()
         with self._write_one():
-            return {row[0] for row in self.conn.execute(
-                f"""UPDATE conversation_claims SET lease_until = ? WHERE conversation_id IN ({marks})
-                    AND owner_pid = ? AND owner_started = ? AND owner_token = ? RETURNING conversation_id""",
-                [self._clock() + lease, *conv_ids, owner.pid, owner.started, owner.token],
-            ).fetchall()}
+            until = self._clock() + lease
+            for chunk in in_chunks(conv_ids):
+                marks = ", ".join("?" * len(chunk))
+                held.update(row[0] for row in self.conn.execute(
+                    f"""UPDATE conversation_claims SET lease_until = ? WHERE conversation_id IN ({marks})
+                        AND owner_pid = ? AND owner_started = ? AND owner_token = ? RETURNING conversation_id""",
+                    [until, *chunk, owner.pid, owner.started, owner.token],
+                ).fetchall())
+        return held
 
     def release_claim(self, conv_id: str, owner: ClaimOwner, *, turn_id: str | None = None) -> bool:
         """Delete `owner`'s claim (with `turn_id`, only one taken for that turn); False if none was."""

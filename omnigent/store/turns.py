@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from . import ids
-from ._base import STEP_COLUMNS, TURN_OPEN, TURN_STATUSES, Tables, _step, _turn
+from ._base import STEP_COLUMNS, TURN_OPEN, TURN_STATUSES, Tables, _step, _turn, in_chunks
 from .errors import ConflictError, NotFoundError
 
 _TURN_SELECT = """
@@ -103,11 +103,12 @@ class TurnsMixin(Tables):
 
     def cancel_requested(self, turn_ids: Collection[str]) -> set[str]:
         """Those of these turns whose cancelling another process asked for (`request_cancel`)."""
-        if not turn_ids:
-            return set()
-        marks = ", ".join("?" * len(turn_ids))
-        return {row[0] for row in self.conn.execute(
-            f"SELECT id FROM turns WHERE id IN ({marks}) AND cancel_requested_at IS NOT NULL", list(turn_ids))}
+        asked: set[str] = set()
+        for chunk in in_chunks(turn_ids):
+            marks = ", ".join("?" * len(chunk))
+            asked.update(row[0] for row in self.conn.execute(
+                f"SELECT id FROM turns WHERE id IN ({marks}) AND cancel_requested_at IS NOT NULL", chunk))
+        return asked
 
     def next_queued_turn(self, conv_id: str) -> dict | None:
         """The oldest 'queued' turn of a conversation."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 from omnigent.store import Store
@@ -34,6 +35,22 @@ def test_a_claim_is_exclusive_renewable_and_released_by_its_owner_only(tmp_path)
     assert store.claim_conversation(conv, other, turn_id="turn_b", lease=6)
     assert not store.renew_claims([conv], me, lease=6) and not store.release_claim(conv, me)
     assert store.release_claim(conv, other) and store.claim_of(conv) is None
+
+
+def test_renewals_and_cancel_requests_take_more_ids_than_sqlite_binds_in_one_statement(tmp_path):
+    """A process may hold more claims than SQLite binds in one statement: the ids go in chunks.
+
+    SQLite's limit is a build setting (32,766 by default, 250,000 in Debian's build, 999 before
+    3.32): the test lowers it to 999, so it means the same on every build."""
+    store = Store(tmp_path / "chat.db")
+    store.conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+    conv = store.create_conversation(agent_id=None)["id"]
+    me = ClaimOwner.this_process()
+    turn = store.create_turn(conv, None)["id"]
+    assert store.claim_conversation(conv, me, turn_id=turn, lease=6) and store.request_cancel(conv) == 1
+    unknown = [f"x{i}" for i in range(2_000)]
+    assert store.renew_claims([*unknown, conv], me, lease=6) == {conv}
+    assert store.cancel_requested([*unknown, turn]) == {turn}
 
 
 def test_a_message_to_an_idle_conversation_takes_the_claim_for_its_turn(tmp_path):
