@@ -20,6 +20,8 @@ from .host_frames import (
     RunnerOnline,
 )
 from .runner_frames import (
+    ACKNOWLEDGED_FEATURES,
+    ITEMS_IN_COMPLETED,
     TOOL_STATUSES,
     Cancel,
     Hello,
@@ -34,7 +36,7 @@ from .runner_frames import (
 )
 
 __all__ = [
-    "EVENT_TYPES", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "TERMINAL_EVENTS",
+    "ACKNOWLEDGED_FEATURES", "EVENT_TYPES", "ITEMS_IN_COMPLETED", "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "TERMINAL_EVENTS",
     "Cancel", "Frame", "Hello", "HelloAck", "HistoryMiss", "HostHello", "HostHelloAck", "KillRunner", "LaunchResult",
     "LaunchRunner",
     "Ping", "Pong", "ProtocolError", "RunnerCredential", "RunnerExited", "RunnerLaunched", "RunnerOnline",

@@ -49,7 +49,7 @@ def encode(frame: Frame) -> str:
 
 # Optional fields added without a version bump: left out at their default, so a runner or
 # server that predates them (strict decoding refuses unknown fields) still reads the frame.
-_OMITTED_WHEN_EMPTY = frozenset({"features", "history_from", "history_hash"})
+_OMITTED_WHEN_EMPTY = frozenset({"features", "history_from", "history_hash", "unannounced"})
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}

@@ -38,12 +38,25 @@ class Hello(Frame):
     features: list[str] = dataclasses.field(default_factory=list)
 
 
+# A Hello feature the server acknowledges (`HelloAck.features`): the runner may leave out the
+# `response.output_item.done` events of a step's last items and send them only in its
+# `TurnCompleted` (`unannounced`), and the server publishes those events from it. One
+# websocket message less a turn each way, for the events watchers see in the same order.
+ITEMS_IN_COMPLETED = "items_in_completed"
+# The features a server may acknowledge. Only these are echoed: a runner that predates
+# `HelloAck.features` never asks for one, so its acknowledgement carries no field it refuses.
+ACKNOWLEDGED_FEATURES = frozenset({ITEMS_IN_COMPLETED})
+
+
 @dataclass(frozen=True)
 class HelloAck(Frame):
-    """Server -> runner: accepted; ping every `ping_interval` seconds."""
+    """Server -> runner: accepted; ping every `ping_interval` seconds.
+
+    `features`: those of the hello's that this server acts on (of `ACKNOWLEDGED_FEATURES`)."""
 
     kind: ClassVar[str] = "hello.ack"
     ping_interval: float
+    features: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -98,11 +111,18 @@ class TurnEvent(Frame):
 
 @dataclass(frozen=True)
 class TurnCompleted(Frame):
+    """Runner -> server: the model's answer to one step, its `output` items as the endpoint gave them.
+
+    `unannounced`: how many of the last items of `output` had no `response.output_item.done`
+    event sent (a runner whose hello the server acknowledged with `ITEMS_IN_COMPLETED`); the
+    server publishes theirs as it stores the step."""
+
     kind: ClassVar[str] = "turn.completed"
     turn_id: str
     response_id: str
     output: list[dict[str, Any]]
     usage: dict[str, Any] | None = None
+    unannounced: int = 0
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from trio_websocket import (
 )
 
 from protocol import (
+    ITEMS_IN_COMPLETED,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     Cancel,
@@ -159,6 +160,10 @@ class ConnectionMixin(RunnerState):
         if not isinstance(frame, HelloAck):
             await self._protocol_error(ws, f"expected hello.ack, got {frame.kind!r}")
             return "error"
+        # frames of the last link still unsent go first, each item's event back where a server
+        # that does not fold them needs it (outgoing.py)
+        self._outgoing.acknowledged(ITEMS_IN_COMPLETED in frame.features, self._unsent)
+        self._unsent = None
         mark("runner.online")
         log(f"online as {self.config.runner_id} at {self.config.ws_url} (pid {os.getpid()})"
             + (f", {len(in_flight)} turn(s) in flight" if in_flight else ""))

@@ -37,7 +37,7 @@ from typing import Any
 
 import trio
 
-from protocol import Frame, HistoryMiss, ToolResult, ToolStart, TurnCompleted, TurnFailed, TurnStart
+from protocol import ITEMS_IN_COMPLETED, Frame, HistoryMiss, ToolResult, ToolStart, TurnCompleted, TurnFailed, TurnStart
 from protocol.history import HISTORY_CACHE
 
 from ._log import log, one_line
@@ -95,8 +95,11 @@ class Turns:
         self._outbox, self.queued = trio.open_memory_channel[tuple[Frame, "_Turn | None"]](OUTBOX_SIZE)
         self.nursery: trio.Nursery | None = None  # outlives connections: set while the runner serves
         self.histories = HistoryCache()
-        # what the hello announces; OMNIGENT_HISTORY_CACHE=0: not the cache (every step comes in full)
-        self.features = [] if os.environ.get("OMNIGENT_HISTORY_CACHE") == "0" else [HISTORY_CACHE]
+        # what the hello announces; OMNIGENT_HISTORY_CACHE=0: not the cache (every step comes in full);
+        # ITEMS_IN_COMPLETED: a step's last items' events may come in its TurnCompleted (outgoing.py)
+        self.features = [ITEMS_IN_COMPLETED]
+        if os.environ.get("OMNIGENT_HISTORY_CACHE") != "0":
+            self.features.insert(0, HISTORY_CACHE)
 
     def __len__(self) -> int:
         """How many turns are owed an end (running, or their end not yet sent)."""

@@ -268,6 +268,7 @@ class AgentLoop(ToolStepsMixin):
         with self.hub.transaction(t.session_id) as tx:  # the step's output before any of its tools runs
             if self.store.finish_model_step(t.session_id, t.turn_id, n, frame.output, frame.response_id,
                                             frame.usage):
+                self._publish_unannounced(tx, t, frame)
                 self._publish_usage(tx, t, n, frame.usage)
         done = sum(s["kind"] == "model" and s["status"] == "completed" for s in self.store.steps(t.turn_id))
         limit = int(t.spec.get("max_steps") or DEFAULT_MAX_STEPS)
@@ -284,6 +285,7 @@ class AgentLoop(ToolStepsMixin):
                 if not self.store.finish_model_step(t.session_id, t.turn_id, n, frame.output,
                                                     frame.response_id, frame.usage):
                     return  # a duplicate answer: the step (and the turn) ended already
+                self._publish_unannounced(tx, t, frame)
             # the turn's usage as it ends (ending it changes none): the sum over its steps
             ended = self.store.end_turn(t.turn_id, "completed")
             summed = self.store.turn_usage(t.turn_id) if ended else None
@@ -298,6 +300,14 @@ class AgentLoop(ToolStepsMixin):
                         "usage": summed or (frame.usage if frame else None)}
             tx.publish(ev.COMPLETED, turn_id=t.turn_id, response=response)
             tx.publish(ev.SESSION_STATUS, status="idle")
+
+    def _publish_unannounced(self, tx: Any, t: LoopTurn, frame: p.TurnCompleted) -> None:
+        """The `output_item.done` events of the step's last items, which the runner left to its
+        `TurnCompleted` (`ITEMS_IN_COMPLETED`): published where the runner's would have come,
+        after its deltas and before the step's usage."""
+        output = frame.output
+        for item in output[len(output) - min(max(frame.unannounced, 0), len(output)):]:
+            tx.publish(ev.ITEM_DONE, turn_id=t.turn_id, item=item)
 
     def _publish_usage(self, tx: Any, t: LoopTurn, n: int, usage: dict[str, Any] | None,
                        summed: dict[str, Any] | None = None) -> None:

@@ -95,7 +95,8 @@ async def serve_runner(state: ServerState, runner_id: str, transport: Transport,
     if not conn.explicit:  # explicit runners adopt nothing: they serve only sessions bound to them
         state.turns.runner_joined(conn)
     try:
-        await transport.send(p.encode(p.HelloAck(ping_interval=state.ping_interval)))
+        acked = sorted(p.ACKNOWLEDGED_FEATURES.intersection(hello.features))
+        await transport.send(p.encode(p.HelloAck(ping_interval=state.ping_interval, features=acked)))
         async with trio.open_nursery() as n:
             n.start_soon(_close_on_shutdown, state, transport, n)
             n.start_soon(_send_frames, transport, outgoing, n, state.hub.release)

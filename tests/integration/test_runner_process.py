@@ -25,6 +25,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 
 from omnigent.testing import mock_llm
 from protocol import (
+    ITEMS_IN_COMPLETED,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     Cancel,
@@ -61,10 +62,11 @@ class Conn:
     async def send(self, frame: Frame) -> None:
         await self.ws.send_message(encode(frame))
 
-    async def handshake(self) -> Hello:
+    async def handshake(self, features: list[str] | None = None) -> Hello:
+        """Acknowledge the hello as a server of before `HelloAck.features` does, or with `features`."""
         hello = await self.recv()
         assert isinstance(hello, Hello)
-        await self.send(HelloAck(ping_interval=5.0))
+        await self.send(HelloAck(ping_interval=5.0, features=features or []))
         return hello
 
     async def turn(self, turn: TurnStart) -> list[Frame]:
@@ -224,7 +226,7 @@ async def test_hello_then_a_streamed_turn(spawn, server, llm):
     assert conn.headers["authorization"] == f"Bearer {TOKEN}"
     hello = await conn.handshake()
     assert hello == Hello(runner.runner_id, runner.proc.pid, PROTOCOL_VERSION, ["openai-agents", "openai-chat"],
-                          features=["history_cache"])
+                          features=["history_cache", "items_in_completed"])
 
     turn = make_turn(text="say hello")
     frames = await conn.turn(turn)
@@ -245,6 +247,21 @@ async def test_hello_then_a_streamed_turn(spawn, server, llm):
     assert [m["role"] for m in body["input"]] == ["user", "assistant", "user"]
     assert body["input"][-1]["content"][0]["text"] == "say hello"
 
+
+
+async def test_a_server_that_folds_items_gets_the_last_item_in_the_turns_end_only(spawn, server, llm):
+    """Acknowledged `items_in_completed`: the item's event is left out, the TurnCompleted says so
+    (and the test above is the same runner facing a server that does not fold: the event comes)."""
+    _, http = llm
+    await configure(http, [{"text": "FOLDED", "stream": True}, {"text": "CHAT FOLDED"}])
+    runner = await spawn(server.url)
+    conn = await server.accept()
+    await conn.handshake(features=[ITEMS_IN_COMPLETED])
+    for harness in ("openai-agents", "openai-chat"):
+        *events, done = await conn.turn(make_turn(harness=harness))
+        assert [f.event["type"] for f in events if f.event["type"] != "response.output_text.delta"] == [], events
+        assert isinstance(done, TurnCompleted) and done.unannounced == len(done.output) == 1, done
+    assert [text_of(i) for i in done.output] == ["CHAT FOLDED"] and runner.proc.returncode is None
 
 
 async def test_a_long_streamed_answer_reaches_the_server_in_a_few_merged_deltas(spawn, server, llm):

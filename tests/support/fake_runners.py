@@ -126,6 +126,11 @@ class RunnerScript:
     # announce "history_cache" and keep histories in the runner's real cache of this many bytes
     # (0: nothing fits, every incremental step misses); None: a runner that does not announce it
     history_cache: int | None = None
+    # an `output_item.done` event for each item of an answer before its TurnCompleted, as a real runner
+    item_events: bool = False
+    # announce "items_in_completed": acknowledged, the items come in the TurnCompleted only (`unannounced`);
+    # not acknowledged, as `item_events`
+    fold_items: bool = False
 
     def turn(self, index: int) -> TurnScript:
         return self.turns[index] if index < len(self.turns) else self.default_turn
@@ -241,6 +246,7 @@ class FakeRunnerProcess:
         self.turns_received: list[tuple[float, p.TurnStart]] = []  # with the whole history (as the harness gets it)
         self.raw_turns: list[p.TurnStart] = []  # as they came (history_from > 0: only the new items)
         self.history = HistoryCache(script.history_cache) if script.history_cache is not None else None
+        self.folds = False  # the server acknowledged items_in_completed (RunnerScript.fold_items)
         self.tools_received: list[tuple[float, p.ToolStart]] = []  # previews included
         self._running_tools: dict[str, tuple[str, trio.CancelScope, list[str]]] = {}  # turn -> (call, scope, out)
         self.sent: list[tuple[float, p.Frame]] = []
@@ -326,10 +332,12 @@ class FakeRunnerProcess:
                 await trio.sleep(self.script.hello_after)
                 self._send(p.Hello(runner_id=self.runner_id, pid=self.pid,
                                    protocol_version=p.PROTOCOL_VERSION, harnesses=["fake"],
-                                   features=[HISTORY_CACHE] if self.history is not None else []))
+                                   features=([HISTORY_CACHE] if self.history is not None else [])
+                                   + ([p.ITEMS_IN_COMPLETED] if self.script.fold_items else [])))
                 ack = p.decode(await self._in.receive())
                 if not isinstance(ack, p.HelloAck):
                     raise AssertionError(f"expected hello.ack, got {ack!r}")
+                self.folds = p.ITEMS_IN_COMPLETED in ack.features
                 count = tool_count = 0
                 async with trio.open_nursery() as turns:
                     if self.script.hang_after is not None:
@@ -392,8 +400,11 @@ class FakeRunnerProcess:
             output += [function_call_item(call_id_for(start, i), name, args)
                        for i, (name, args) in enumerate(script.calls)]
             suffix = f"_{start.step}" if start.step else ""  # step 0 keeps the id older tests know
+            if (self.script.item_events or self.script.fold_items) and not self.folds:
+                for item in output:
+                    self._send(p.TurnEvent(turn_id, ev.make_event(ev.ITEM_DONE, turn_id=turn_id, item=item)))
             self._send(p.TurnCompleted(turn_id, f"resp_{self.pid}_{turn_id[-6:]}{suffix}", output,
-                                       {"total_tokens": 3}))
+                                       {"total_tokens": 3}, unannounced=len(output) if self.folds else 0))
             if script.die_after:
                 await self._die_soon(script.returncode)
                 return

@@ -33,6 +33,20 @@ def test_a_full_history_and_a_plain_hello_encode_as_before_these_fields():
     assert "features" not in hello
 
 
+def test_the_items_in_completed_fields_round_trip_and_are_left_out_at_their_defaults():
+    """A runner of before `HelloAck.features` asks for no acknowledged feature, so its ack has no
+    field it refuses; a TurnCompleted that folded nothing reads as before `unannounced`."""
+    item = {"type": "message", "role": "assistant", "content": []}
+    ack, done = p.HelloAck(5.0, features=[p.ITEMS_IN_COMPLETED]), p.TurnCompleted("t", "r", [item], None, 1)
+    for frame in (ack, done):
+        assert p.decode(p.encode(frame)) == frame
+    assert json.loads(p.encode(p.HelloAck(5.0))) == {"kind": "hello.ack", "ping_interval": 5.0}
+    assert "unannounced" not in json.loads(p.encode(p.TurnCompleted("t", "r", [item], None)))
+    assert p.ACKNOWLEDGED_FEATURES.isdisjoint({HISTORY_CACHE})  # never echoed to a runner of before
+    with pytest.raises(ProtocolError, match="field 'unannounced'"):
+        p.decode(json.dumps({**json.loads(p.encode(done)), "unannounced": "1"}))
+
+
 @pytest.mark.parametrize(("fields", "needle"), [
     ({"history_from": "4"}, "field 'history_from'"),
     ({"history_from": True}, "field 'history_from'"),

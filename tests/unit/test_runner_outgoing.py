@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from omnigent.runner.outgoing import DELTA_WINDOW, MAX_MERGED, Outgoing
-from protocol import TurnCompleted, TurnEvent
+from protocol import TurnCompleted, TurnEvent, TurnFailed
 from protocol import events as ev
 
 
@@ -135,3 +135,89 @@ async def test_a_send_loop_cancelled_in_the_window_loses_nothing(outbox, autojum
     frame, turn = await outgoing.next()  # the next connection's send loop: what it had, then the rest
     assert (frame.event["delta"], turn) == ("b", "turn")
     assert (await outgoing.next())[0].event["delta"] == "c"
+
+
+# --- a step's last items, folded into its TurnCompleted (ITEMS_IN_COMPLETED) -----------------
+
+ITEM = {"id": "msg_1", "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}
+
+
+def done_of(item: dict, turn_id: str = "turn_a") -> TurnEvent:
+    return TurnEvent(turn_id, ev.make_event(ev.ITEM_DONE, turn_id=turn_id, item=item))
+
+
+def completed(output: list, turn_id: str = "turn_a") -> TurnCompleted:
+    return TurnCompleted(turn_id, "resp_1", output, {"input_tokens": 1})
+
+
+@pytest.fixture
+def folding(outbox):
+    send, outgoing = outbox
+    outgoing.acknowledged(True, None)
+    return send, outgoing
+
+
+async def test_the_last_items_event_goes_in_its_turns_end_and_nothing_waits(folding, autojump_clock):
+    send, outgoing = folding
+    call = {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"}
+    for frame in (delta("hi"), done_of(ITEM), done_of(call), completed([ITEM, call])):
+        send.send_nowait((frame, "turn"))
+    start = trio.current_time()
+    got = await outgoing.next(), await outgoing.next()
+    assert [f.kind for f, _ in got] == ["turn.event", "turn.completed"] and got[1][1] == "turn"
+    assert got[1][0] == TurnCompleted("turn_a", "resp_1", [ITEM, call], {"input_tokens": 1}, unannounced=2)
+    assert trio.current_time() == start
+
+
+async def test_an_items_event_goes_before_its_turns_next_frame_or_when_its_window_ends(folding, autojump_clock):
+    send, outgoing = folding
+    send.send_nowait((done_of(ITEM), None))
+    send.send_nowait((delta("next item"), None))
+    assert texts(await take(outgoing, 2)) == [ev.ITEM_DONE, "next item"]  # at once, in order
+    start = trio.current_time()
+    send.send_nowait((done_of(ITEM), None))
+    assert texts(await take(outgoing, 1)) == [ev.ITEM_DONE]
+    assert trio.current_time() - start == pytest.approx(DELTA_WINDOW)  # its end did not come: sent
+    send.send_nowait((completed([ITEM]), None))
+    [end] = await take(outgoing, 1)
+    assert isinstance(end, TurnCompleted) and end.unannounced == 0  # its event went already
+
+
+async def test_an_end_that_does_not_end_with_the_held_items_or_a_failure_gets_them_first(folding, autojump_clock):
+    send, outgoing = folding
+    other = {**ITEM, "id": "msg_2"}
+    send.send_nowait((done_of(ITEM), None))
+    send.send_nowait((completed([other]), None))
+    got = await take(outgoing, 2)
+    assert texts(got) == [ev.ITEM_DONE, "turn.completed"] and got[1].unannounced == 0
+    send.send_nowait((done_of(ITEM, "turn_b"), None))
+    send.send_nowait((TurnFailed("turn_b", "stream_dropped", "dropped", [ITEM]), None))
+    assert texts(await take(outgoing, 2)) == [ev.ITEM_DONE, "turn.failed"]
+
+
+async def test_other_turns_frames_pass_a_held_item_and_a_cancelled_send_loop_keeps_it(folding, autojump_clock):
+    send, outgoing = folding
+    send.send_nowait((done_of(ITEM), None))
+    send.send_nowait((delta("b1", "turn_b"), None))
+    assert texts(await take(outgoing, 1)) == ["b1"]
+    with trio.move_on_after(DELTA_WINDOW / 2):  # the link drops while the item waits
+        await outgoing.next()
+    send.send_nowait((completed([ITEM]), None))
+    [end] = await take(outgoing, 1)
+    assert end.turn_id == "turn_a" and end.unannounced == 1
+
+
+async def test_a_link_to_a_server_that_does_not_fold_gets_every_event_back(folding, autojump_clock):
+    send, outgoing = folding
+    send.send_nowait((done_of(ITEM), "a"))
+    send.send_nowait((completed([ITEM]), "a"))
+    unsent = await outgoing.next()  # taken by a send loop whose link dropped before it went
+    assert unsent[0].unannounced == 1
+    send.send_nowait((done_of(ITEM, "turn_b"), "b"))
+    with trio.move_on_after(DELTA_WINDOW / 2):
+        await outgoing.next()  # turn_b's item is held when the link drops
+    outgoing.acknowledged(False, unsent)  # the server the runner dialed next predates the feature
+    got = [await outgoing.next() for _ in range(3)]
+    assert got == [(done_of(ITEM), "a"), (completed([ITEM]), "a"), (done_of(ITEM, "turn_b"), "b")]
+    send.send_nowait((completed([ITEM], "turn_b"), "b"))
+    assert (await outgoing.next())[0].unannounced == 0
