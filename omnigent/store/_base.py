@@ -124,8 +124,9 @@ class Tables:
             raise NotFoundError(f"conversation {conv_id!r} not found")
 
 
-# Ids bound into one `IN (...)` at most: SQLite refuses a statement of more than 32,766
-# parameters, and a process may hold more claims (or ask about more turns) than that.
+# Ids bound into one `IN (...)` at most: SQLite refuses a statement with more parameters than
+# its build allows (32,766 by default, 999 before 3.32), and a process may hold more claims (or
+# ask about more turns) than that.
 IN_CHUNK = 500
 
 
