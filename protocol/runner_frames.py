@@ -124,6 +124,11 @@ class TurnCompleted(Frame):
     usage: dict[str, Any] | None = None
     unannounced: int = 0
 
+    def unannounced_items(self) -> list[dict[str, Any]]:
+        """The last `unannounced` items of `output` (as many as there are): those whose event the
+        runner left to this frame, for the server to publish (or a runner to send again)."""
+        return self.output[len(self.output) - min(max(self.unannounced, 0), len(self.output)):]
+
 
 @dataclass(frozen=True)
 class TurnFailed(Frame):

@@ -22,7 +22,7 @@ What it guarantees:
 - Nothing taken from the outbox is lost when the send loop is cancelled (a dropped
   link): what a cancelled call collected is handed out by the next one.
 
-A step's last items, when the server acknowledged `ITEMS_IN_COMPLETED` (`fold_items`):
+A step's last items, when the server acknowledged `ITEMS_IN_COMPLETED` (`acknowledged`):
 - A turn's `response.output_item.done` events wait, up to `window` s, for the turn's
   next frame. When that is its `TurnCompleted` and its `output` ends with those very
   items, the events are not sent: the `TurnCompleted` goes with `unannounced` saying
@@ -61,7 +61,7 @@ class Outgoing:
         self.window = window
         self._ready: deque[Queued] = deque()  # collected, in the order they go out
         self._delta_at = -math.inf  # when the last batch with deltas was handed out
-        self.fold_items = False  # the server acknowledged ITEMS_IN_COMPLETED (set per hello: `acknowledged`)
+        self._fold_items = False  # the server acknowledged ITEMS_IN_COMPLETED (set per hello: `acknowledged`)
         self._held: dict[str, _Held] = {}  # a turn's item events waiting for its next frame
 
     async def next(self) -> Queued:
@@ -74,7 +74,7 @@ class Outgoing:
         """A new link's hello was acknowledged: fold items for it or not. `unsent`, the frame
         the last link did not send, goes first again (`next`), unfolded for a server that
         does not fold."""
-        self.fold_items = fold_items
+        self._fold_items = fold_items
         if unsent is not None:
             self._ready.appendleft(unsent)
         if fold_items:
@@ -146,7 +146,7 @@ class Outgoing:
         """A frame that is not a merged delta: into `_ready`, or held (an item's event), or
         folded into the `TurnCompleted` it precedes (the module docstring)."""
         frame = queued[0]
-        if self.fold_items and _is_item_done(frame):
+        if self._fold_items and _is_item_done(frame):
             held = self._held.get(frame.turn_id)
             if held is None:
                 held = self._held[frame.turn_id] = _Held(trio.current_time() + self.window)
@@ -156,7 +156,7 @@ class Outgoing:
         held = self._held.pop(turn_id, None) if isinstance(turn_id, str) else None
         if held is not None:
             items = [event.event["item"] for event, _ in held.events]  # type: ignore[attr-defined]
-            if (self.fold_items and isinstance(frame, TurnCompleted) and not frame.unannounced
+            if (self._fold_items and isinstance(frame, TurnCompleted) and not frame.unannounced
                     and frame.output[len(frame.output) - len(items):] == items):
                 self._ready.append((dataclasses.replace(frame, unannounced=len(items)), queued[1]))
                 return
@@ -196,9 +196,8 @@ def _unfolded(queued: Queued) -> list[Queued]:
     frame, turn = queued
     if not isinstance(frame, TurnCompleted) or not frame.unannounced:
         return [queued]
-    items = frame.output[len(frame.output) - frame.unannounced:]
     events: list[Queued] = [(TurnEvent(frame.turn_id, ev.make_event(ev.ITEM_DONE, turn_id=frame.turn_id, item=item)),
-                             turn) for item in items]
+                             turn) for item in frame.unannounced_items()]
     return [*events, (dataclasses.replace(frame, unannounced=0), turn)]
 
 

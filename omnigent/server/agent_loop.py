@@ -305,8 +305,7 @@ class AgentLoop(ToolStepsMixin):
         """The `output_item.done` events of the step's last items, which the runner left to its
         `TurnCompleted` (`ITEMS_IN_COMPLETED`): published where the runner's would have come,
         after its deltas and before the step's usage."""
-        output = frame.output
-        for item in output[len(output) - min(max(frame.unannounced, 0), len(output)):]:
+        for item in frame.unannounced_items():
             tx.publish(ev.ITEM_DONE, turn_id=t.turn_id, item=item)
 
     def _publish_usage(self, tx: Any, t: LoopTurn, n: int, usage: dict[str, Any] | None,

@@ -45,6 +45,10 @@ def test_the_items_in_completed_fields_round_trip_and_are_left_out_at_their_defa
     assert p.ACKNOWLEDGED_FEATURES.isdisjoint({HISTORY_CACHE})  # never echoed to a runner of before
     with pytest.raises(ProtocolError, match="field 'unannounced'"):
         p.decode(json.dumps({**json.loads(p.encode(done)), "unannounced": "1"}))
+    # what the server publishes of a peer's count: the last ones, never more than there are
+    a, b, c = ({"type": "message", "id": name} for name in "abc")
+    assert [p.TurnCompleted("t", "r", [a, b, c], None, n).unannounced_items() for n in (0, 1, 3, 5, -1)] == [
+        [], [c], [a, b, c], [a, b, c], []]
 
 
 @pytest.mark.parametrize(("fields", "needle"), [
