@@ -1,7 +1,9 @@
 """The HTTP + websocket API, built: the error shape, the guard and body draining around every route.
 
 The routes live in one module per concern (`sessions`, `conversation`,
-`streams`, `runners`, `files`, `hosts`), each registered on the app here.
+`streams`, `runners`, `files`, `hosts`), each registered on the app here;
+the one every turn posts to is answered in front of quart (`front`), with
+the same guarantees.
 What this module guarantees for all of them: every error leaves as one JSON
 shape (never a bare 500 page), a browser origin, a rebinding Host or a
 missing token is refused before any body is read, and a request answered
@@ -21,7 +23,8 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from ..store.errors import ConflictError, NotFoundError
 from . import approvals, bodies, conversation, files, hosts, runners, sessions, streams
 from ._routes import check_origin
-from .errors import ApiError
+from .errors import ApiError, of_store
+from .front import with_front
 from .state import ServerState
 
 log = logging.getLogger("omnigent.server")
@@ -70,12 +73,11 @@ def create_app(state: ServerState) -> QuartTrio:
         return bodies.too_large(MAX_BODY).body(), 413, early
 
     @app.errorhandler(NotFoundError)
-    async def _store_not_found(exc: NotFoundError):
-        return ApiError("not_found", str(exc)).body(), 404
-
     @app.errorhandler(ConflictError)
-    async def _store_conflict(exc: ConflictError):
-        return ApiError("conflict", str(exc)).body(), 409
+    async def _store_error(exc: Exception):
+        error = of_store(exc)
+        assert error is not None  # registered for exactly the errors of_store maps
+        return error.body(), error.status
 
     @app.errorhandler(Exception)
     async def _crash(exc: Exception):
@@ -117,14 +119,17 @@ def create_app(state: ServerState) -> QuartTrio:
     async def health():
         return {"status": "ok"}
 
+    post_event = conversation.events_route(state)
     sessions.register(app, state)
-    conversation.register(app, state)
+    conversation.register(app, state, post_event)
     streams.register(app, state)
     runners.register(app, state)
     files.register(app, state)
     hosts.register(app, state)
     approvals.register(app, state)
-    app.asgi_app = _drain_unread_body(app.asgi_app)  # type: ignore[method-assign]  # ASGI middleware, as quart documents
+    # ASGI middleware, as quart documents: the hot route in front of quart (front.py), and what is
+    # left of any body drained once the answer is out
+    app.asgi_app = _drain_unread_body(with_front(app.asgi_app, state, post_event))  # type: ignore[method-assign]
     return app
 
 

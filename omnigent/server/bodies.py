@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import AsyncIterable
 from typing import Any
 
 import trio
@@ -36,18 +37,29 @@ MAX_BODY = MAX_BYTES + 1024 * 1024  # any request: a bundle at its limit plus mu
 BODY_TIMEOUT = 30                # seconds to receive a whole body (quart's default is 60)
 
 def require_json() -> None:
-    if request.mimetype != "application/json":
-        got = request.mimetype or "no Content-Type"
+    check_json_type(request.mimetype)
+
+
+def check_json_type(mimetype: str | None) -> None:
+    """415 unless the request's media type (lower-cased, parameters left out) is application/json."""
+    if mimetype != "application/json":
+        got = mimetype or "no Content-Type"
         raise ApiError("unsupported_media_type", f"send this request as application/json (got {got})")
 
 
 async def read_body(limit: int) -> bytes:
     """The whole body, refused with 413 once it passes `limit` bytes (before it is all read)."""
-    if request.content_length is not None and request.content_length > limit:
+    return await read_chunks(request.body, request.content_length, limit)
+
+
+async def read_chunks(chunks: AsyncIterable[bytes], content_length: int | None, limit: int) -> bytes:
+    """A body from its chunks, bounded: 413 when its Content-Length or what has arrived passes
+    `limit` (nothing past it is held), 408 when it is not all in within BODY_TIMEOUT."""
+    if content_length is not None and content_length > limit:
         raise too_large(limit)
     data = bytearray()
     with trio.move_on_after(BODY_TIMEOUT) as scope:
-        async for chunk in request.body:
+        async for chunk in chunks:
             data += chunk
             if len(data) > limit:
                 raise too_large(limit)

@@ -14,6 +14,7 @@ The turns themselves run in `turns.TurnService`; these routes only queue and rea
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from quart import request
@@ -27,15 +28,23 @@ from .errors import ApiError, invalid
 from .state import ServerState
 
 
-def register(app: Any, state: ServerState) -> None:
+# What reads a route's JSON body: `bodies.json_body` under quart, the front's own reader (front.py)
+ReadJson = Callable[[], Awaitable[dict[str, Any]]]
+# `POST /v1/sessions/{id}/events` without its framework: (session id, the body's reader, the time the
+# request reached the route, `stamp()`) -> (the answer's JSON, its status)
+PostEvent = Callable[[str, ReadJson, "float | None"], Awaitable[tuple[dict[str, Any], int]]]
+
+
+def events_route(state: ServerState) -> PostEvent:
+    """`POST /v1/sessions/{id}/events`, free of quart: every turn a client starts is one, so the
+    front serves it as bare ASGI (front.py); quart's rule for it serves the same function."""
     store = state.store
     default_timeout = _default_approval_timeout(state)
 
-    @app.post("/v1/sessions/<session_id>/events")
-    async def post_event(session_id: str):
-        entered = stamp()  # the timeline's points of a message's way in (marked once its turn is made)
+    async def post_event(session_id: str, read_json: ReadJson, entered: float | None) -> tuple[dict[str, Any], int]:
+        # `entered` and `bodied`: the timeline's points of a message's way in (marked once its turn is made)
         conv = conversation(state, session_id, counts=False)  # a post reads no count
-        body = await bodies.json_body()
+        body = await read_json()
         bodied = stamp()
         kind = body.get("type")
         if kind == "interrupt":
@@ -89,6 +98,19 @@ def register(app: Any, state: ServerState) -> None:
         turn = store.create_turn(session_id, last["input_item_id"], approval_timeout=timeout)
         state.turns.submit(session_id)
         return {"queued": True, "item_id": last["input_item_id"], "turn_id": turn["id"]}, 202
+
+    return post_event
+
+
+def register(app: Any, state: ServerState, post_event: PostEvent) -> None:
+    store = state.store
+
+    @app.post("/v1/sessions/<session_id>/events")
+    async def post_event_route(session_id: str):
+        """Reached only when quart is driven without its front (its own `handle_request`): the
+        front answers this method on this path first. The rule stays in quart's map for the
+        rest: its 405 for other methods, and the route lists that the fuzz and docs read."""
+        return await post_event(session_id, bodies.json_body, stamp())
 
     @app.get("/v1/sessions/<session_id>/items")
     async def list_items(session_id: str):

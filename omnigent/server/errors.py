@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..store.errors import ConflictError, NotFoundError
+
 STATUS = {
     "invalid_input": 400,
     "unauthorized": 401,
@@ -41,3 +43,12 @@ def not_found(what: str) -> ApiError:
 
 def invalid(message: str) -> ApiError:
     return ApiError("invalid_input", message)
+
+
+def of_store(exc: Exception) -> ApiError | None:
+    """The API's answer to a store error that a route let through (404, 409); None for any other."""
+    if isinstance(exc, NotFoundError):
+        return ApiError("not_found", str(exc))
+    if isinstance(exc, ConflictError):
+        return ApiError("conflict", str(exc))
+    return None

@@ -1,0 +1,179 @@
+"""The message post answered in front of quart (`server/front.py`): the same answers, over real sockets.
+
+Every answer the front gives to `POST /v1/sessions/{id}/events` is compared
+with the one quart's own rule for it gives (the same server, the same
+request, driven as bare ASGI): status, JSON, and whether the connection is
+kept. Then over a real hypercorn socket: the post that starts a turn, and the
+edges a framework used to cover (a body left unread before the answer on a
+kept-alive connection, a client that hangs up halfway or right after).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import aclosing
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from omnigent.client import OmnigentClient
+from omnigent.client.client import follow_turn
+from protocol import events as ev
+from omnigent.server.app import create_app
+from omnigent.server.bodies import MAX_BODY, MAX_JSON_BODY
+from tests.integration.test_server_api import bundle, fake_runner, start_server  # noqa: F401  (fixture)
+
+TOKEN = "client-token-for-tests"
+AUTH = [(b"authorization", f"Bearer {TOKEN}".encode()), (b"host", b"127.0.0.1")]
+JSON = [(b"content-type", b"application/json")]
+
+
+@pytest.fixture
+async def server(nursery, tmp_path):
+    from omnigent.store import Store
+
+    store = Store(tmp_path / "chat.db")
+    handle = await start_server(nursery, store, runner_wait=1.0, ping_interval=0.2)
+    handle.state.token = TOKEN  # as `omnigent server --token`: the guard's every refusal can be seen
+    yield handle
+    await handle.aclose()
+    store.close()
+
+
+async def _call(asgi: Any, path: str, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[int, dict, bool]:
+    """One POST through an ASGI app: (status, the JSON answer, whether it closes the connection)."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "extensions": {}}
+    pending = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if pending:
+            return pending.pop(0)
+        await trio.sleep_forever()  # quart's reader waits here for a disconnect that never comes
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    with trio.fail_after(10):
+        await asgi(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    names = {bytes(k).lower(): bytes(v).lower() for k, v in start["headers"]}
+    return start["status"], json.loads(body), names.get(b"connection") == b"close"
+
+
+def _cases(sid: str) -> list[tuple[str, str, list[tuple[bytes, bytes]], list[bytes]]]:
+    message = json.dumps({"type": "message", "data": {"role": "user", "content": "hi"}}).encode()
+    big = b"x" * (MAX_JSON_BODY + 1)
+    events = f"/v1/sessions/{sid}/events"
+    return [
+        ("a browser's origin", events, AUTH + JSON + [(b"origin", b"https://evil.example")], [message]),
+        ("a rebinding Host", events, [AUTH[0], (b"host", b"evil.example")] + JSON, [message]),
+        ("no token", events, [AUTH[1]] + JSON, [message]),
+        ("a wrong token", events, [(b"authorization", b"Bearer nope"), AUTH[1]] + JSON, [message]),
+        ("an unknown session", "/v1/sessions/conv_nope/events", AUTH + JSON, [message]),
+        ("an unknown session, a large body", "/v1/sessions/conv_nope/events", AUTH + JSON, [big[:1 << 16]] * 20),
+        ("an unknown session, a body too large to drain", "/v1/sessions/conv_nope/events", AUTH + JSON,
+         [b"x" * (1 << 20)] * (MAX_BODY // (1 << 20) + 2)),
+        ("text/plain", events, AUTH + [(b"content-type", b"text/plain")], [message]),
+        ("no Content-Type", events, AUTH, [message]),
+        ("JSON with a charset", events, AUTH + [(b"content-type", b"Application/JSON; charset=utf-8")],
+         [json.dumps({"type": "interrupt"}).encode()]),
+        ("a Content-Length over the limit", events, AUTH + JSON + [(b"content-length", str(len(big)).encode())],
+         [b"{}"]),
+        ("a body over the limit, chunked", events, AUTH + JSON, [big[:1 << 19], big[1 << 19:]]),
+        ("not JSON", events, AUTH + JSON, [b"{nope"]),
+        ("not an object", events, AUTH + JSON, [b"[1, 2]"]),
+        ("too deep", events, AUTH + JSON, [b"[" * 100 + b"]" * 100]),
+        ("too many values", events, AUTH + JSON, [json.dumps({"type": "x", "v": list(range(20_000))}).encode()]),
+        ("a lone surrogate", events, AUTH + JSON, [b'{"type": "message", "data": {"content": "\\ud800"}}']),
+        ("an unknown type", events, AUTH + JSON, [b'{"type": "nope"}']),
+        ("an empty body", events, AUTH + JSON, [b""]),
+        ("a message that is not the user's", events, AUTH + JSON,
+         [json.dumps({"type": "message", "data": {"role": "assistant", "content": "x"}}).encode()]),
+        ("empty content", events, AUTH + JSON, [json.dumps({"type": "message", "data": {"content": []}}).encode()]),
+        ("a bad approval timeout", events, AUTH + JSON,
+         [json.dumps({"type": "message", "data": {"content": "x", "approval_timeout": -1}}).encode()]),
+        ("a retry with nothing to retry", events, AUTH + JSON, [b'{"type": "retry"}']),
+        ("an approval nobody asked for", events, AUTH + JSON,
+         [json.dumps({"type": "approval", "data": {"approval_id": "appr_x", "decision": "allow"}}).encode()]),
+        ("an interrupt with nothing running", events, AUTH + JSON, [b'{"type": "interrupt", "data": {}}']),
+    ]
+
+
+async def test_the_front_answers_every_case_as_quart_does(server, bundle):  # noqa: F811
+    async with OmnigentClient(server.url, token=TOKEN) as client:
+        sid = (await client.create_session(bundle))["id"]
+    app = create_app(server.state)
+    quart_alone = type(app).asgi_app.__get__(app)  # quart's own dispatch, without the front
+    for label, path, headers, chunks in _cases(sid):
+        front = await _call(app.asgi_app, path, headers, chunks)
+        quart = await _call(quart_alone, path, headers, chunks)
+        assert front == quart, label
+        assert 400 <= front[0] < 500 or front[1] == {"queued": False, "interrupted": False}, label
+    # and nothing of it was stored: no message, no turn
+    assert server.state.store.list_items(sid) == [] and server.state.store.list_turns(sid) == []
+
+
+async def test_a_posted_message_is_answered_by_the_front_and_runs(server, bundle):  # noqa: F811
+    async with OmnigentClient(server.url, token=TOKEN) as client:
+        sid = (await client.create_session(bundle))["id"]
+        async with fake_runner(server, reply="from the front") as seen, client.events(sid) as stream:
+            await anext(stream)  # the greeting: what follows is live
+            async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                answer = await http.post(f"/v1/sessions/{sid}/events",
+                                         json={"type": "message", "data": {"role": "user", "content": "hi"}})
+            assert answer.status_code == 202
+            assert answer.headers["content-type"] == "application/json"
+            assert answer.headers.get("connection") != "close"
+            body = answer.json()
+            assert body["queued"] is True and set(body) == {"queued", "item_id", "turn_id"}
+            assert len(seen["turns"]) == 1  # the TurnStart was out before the answer
+            with trio.fail_after(10):
+                result = await follow_turn(stream, body["turn_id"])
+        assert result.text == "from the front"
+        items = server.state.store.list_items(sid)
+        assert [i["role"] for i in items] == ["user", "assistant"] and items[0]["id"] == body["item_id"]
+
+
+async def test_a_kept_alive_connection_survives_answers_given_before_the_body(server, bundle):  # noqa: F811
+    """A 404 answered before its body was read: the body is drained, and the next request on the
+    same connection is answered (hypercorn would otherwise wait on the unread body)."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers,
+                                 limits=httpx.Limits(max_connections=1)) as http:
+        for _ in range(3):
+            with trio.fail_after(10):
+                answer = await http.post("/v1/sessions/conv_nope/events", json={"pad": "x" * 200_000})
+            assert answer.status_code == 404 and answer.headers.get("connection") != "close"
+            assert (await http.get("/health")).status_code == 200
+
+
+async def test_clients_that_hang_up_leave_the_server_serving(server, bundle, caplog):  # noqa: F811
+    caplog.set_level(logging.ERROR)
+    async with OmnigentClient(server.url, token=TOKEN) as client:
+        sid = (await client.create_session(bundle))["id"]
+    host, port = server.url.rsplit("/", 1)[1].rsplit(":", 1)
+    message = json.dumps({"type": "message", "data": {"role": "user", "content": "left"}}).encode()
+    head = (f"POST /v1/sessions/{sid}/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(message)}\r\n\r\n").encode()
+    with trio.fail_after(10):
+        half = await trio.open_tcp_stream(host, int(port))  # half of the body, then gone
+        await half.send_all(head + message[: len(message) // 2])
+        await half.aclose()
+        whole = await trio.open_tcp_stream(host, int(port))  # all of it, then gone before the answer
+        await whole.send_all(head + message)
+        await whole.aclose()
+        async with aclosing(server.state.hub.follow(sid, 0)) as events:  # the whole one is stored all the same
+            async for event in events:
+                if event["type"] == ev.INPUT_CONSUMED:
+                    break
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        assert (await http.get("/health")).status_code == 200
+    assert [i["content"][0]["text"] for i in server.state.store.list_items(sid) if i["role"] == "user"] == ["left"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
