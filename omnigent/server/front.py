@@ -1,16 +1,19 @@
-"""The hot route served in front of quart, as bare ASGI: `POST /v1/sessions/{id}/events`.
+"""The hot routes, served in front of quart as bare ASGI: the message post and the runner websocket.
 
-Every turn a client starts is one such post. Under quart it paid for a
-request object and its context, two tasks (the body's reader and the
-handler), the hooks and a response of three sends: about 0.5 ms of the
-server's CPU a post, ~5 % of a lone turn's (`scripts/bench_framework.py`:
-quart's POST against the same exchange as bare ASGI). The front answers
-that one method on that one path itself and hands every other request to
-quart untouched; quart's rule for the path stays (its 405 for the other
-methods, the route lists) and serves the same function
-(`conversation.events_route`).
+- `POST /v1/sessions/{id}/events`: every turn a client starts is one such
+  post. Under quart it paid for a request object and its context, two tasks
+  (the body's reader and the handler), the hooks and a response of three
+  sends: ~1.4 ms of the server's CPU a lone turn, ~14 % (three A/B pairs of
+  `scripts/bench_sessions.py`; `bench_framework.py`'s bare exchange alone
+  shows 0.5 ms). Answered here, below.
+- `/v1/runners/{id}/ws`: the runner link, which every turn crosses twice
+  (`runner_socket.py`).
 
-What it keeps of what `app.py` guarantees every route:
+Every other request goes to quart untouched. quart's rules for these paths
+stay (their 405s, the route lists that the fuzz reads) and serve the same
+functions (`conversation.events_route`, `runner_link.serve_runner`).
+
+What the post keeps of what `app.py` guarantees every route:
 - the guard first: a browser origin, a rebinding Host or a missing client
   token is refused before any of the body is read, and the connection is
   closed after the answer;
@@ -33,7 +36,6 @@ same whether or not its poster waits for the answer.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from typing import Any
@@ -43,24 +45,32 @@ from werkzeug.http import parse_options_header
 from ..config.timeline import stamp
 from . import bodies
 from ._routes import check_origin
+from .asgi import Headers, json_answer
 from .conversation import PostEvent
 from .errors import ApiError, of_store
+from .runner_socket import serve_runner_socket
 from .state import ServerState
 
 log = logging.getLogger("omnigent.server")
 
 _EVENTS = re.compile(r"/v1/sessions/([^/]+)/events")  # quart's `<session_id>`: one segment, not empty
+_RUNNER_WS = re.compile(r"/v1/runners/([^/]+)/ws")
 _CLOSES = (408, 413, 415)  # answered before the body was read whole: the connection is not kept
 
 
 def with_front(asgi_app: Any, state: ServerState, post_event: PostEvent) -> Any:
-    """`asgi_app` (quart's) behind the front: a POST to a session's events is answered here."""
+    """`asgi_app` (quart's) behind the front: a POST to a session's events and a runner's websocket
+    are answered here."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             match = _EVENTS.fullmatch(scope["path"])
             if match is not None:
                 return await _post_event(state, post_event, match.group(1), scope, _Body(scope, receive), send)
+        elif scope["type"] == "websocket":
+            match = _RUNNER_WS.fullmatch(scope["path"])
+            if match is not None:
+                return await serve_runner_socket(state, match.group(1), scope, receive, send)
         return await asgi_app(scope, receive, send)
 
     return app
@@ -76,7 +86,7 @@ class _Body:
     def __init__(self, scope: dict[str, Any], receive: Any) -> None:
         self._receive = receive
         self.ended = False
-        self.headers = _Headers(scope["headers"])
+        self.headers = Headers(scope["headers"])
         length = self.headers.get("content-length")
         self.content_length = int(length) if length is not None and length.isdigit() else None
 
@@ -110,18 +120,6 @@ class _Body:
         return None
 
 
-class _Headers:
-    """A request's headers by lower-cased name, the first of a repeated one (as werkzeug's `get`)."""
-
-    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
-        self._by_name: dict[str, str] = {}
-        for name, value in raw:
-            self._by_name.setdefault(name.decode("latin1").lower(), value.decode("latin1"))
-
-    def get(self, name: str) -> str | None:
-        return self._by_name.get(name.lower())
-
-
 async def _post_event(state: ServerState, post_event: PostEvent, session_id: str,
                       scope: dict[str, Any], body: _Body, send: Any) -> None:
     entered = stamp()
@@ -153,10 +151,6 @@ async def _post_event(state: ServerState, post_event: PostEvent, session_id: str
 
 
 async def _answer(send: Any, answer: dict[str, Any], status: int, *, close: bool) -> None:
-    """One JSON answer, encoded as quart encodes it (sorted keys, compact, ASCII, a newline)."""
-    data = (json.dumps(answer, sort_keys=True, separators=(",", ":")) + "\n").encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    if close:
-        headers.append((b"connection", b"close"))
+    headers, data = json_answer(answer, close=close)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data, "more_body": False})

@@ -73,7 +73,10 @@ def register(app: Any, state: ServerState) -> None:
 
     @app.websocket("/v1/runners/<runner_id>/ws")
     async def runner_ws(runner_id: str):
-        """Only the secret bound to `runner_id` opens this (checked in serve_runner, 4003 otherwise)."""
+        """Only the secret bound to `runner_id` opens this (checked in serve_runner, 4003 otherwise).
+
+        Reached only when quart is driven without its front: the front serves this path as bare
+        ASGI (`runner_socket.py`), over the same `serve_runner`."""
         try:
             check_origin(state, websocket.headers, needs_token=False)
         except ApiError as exc:

@@ -1,9 +1,9 @@
-"""The message post answered in front of quart (`server/front.py`): the same answers, over real sockets.
+"""The routes answered in front of quart (`server/front.py`): the same answers, over real sockets.
 
-Every answer the front gives to `POST /v1/sessions/{id}/events` is compared
-with the one quart's own rule for it gives (the same server, the same
-request, driven as bare ASGI): status, JSON, and whether the connection is
-kept. Then over a real hypercorn socket: the post that starts a turn, and the
+Every answer the front gives to `POST /v1/sessions/{id}/events` and on a
+runner's websocket is compared with the one quart's own rule for it gives
+(the same server, the same request, driven as bare ASGI): status, JSON,
+whether the connection is kept, the frames and closes. Then over a real hypercorn socket: the post that starts a turn, and the
 edges a framework used to cover (a body left unread before the answer on a
 kept-alive connection, a client that hangs up halfway or right after).
 """
@@ -24,7 +24,8 @@ from omnigent.client.client import follow_turn
 from protocol import events as ev
 from omnigent.server.app import create_app
 from omnigent.server.bodies import MAX_BODY, MAX_JSON_BODY
-from tests.integration.test_server_api import bundle, fake_runner, start_server  # noqa: F401  (fixture)
+import protocol as p
+from tests.integration.test_server_api import bundle, fake_runner, host_secret, start_server  # noqa: F401  (fixture)
 
 TOKEN = "client-token-for-tests"
 AUTH = [(b"authorization", f"Bearer {TOKEN}".encode()), (b"host", b"127.0.0.1")]
@@ -177,3 +178,73 @@ async def test_clients_that_hang_up_leave_the_server_serving(server, bundle, cap
         assert (await http.get("/health")).status_code == 200
     assert [i["content"][0]["text"] for i in server.state.store.list_items(sid) if i["role"] == "user"] == ["left"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+async def _ws_call(asgi: Any, path: str, headers: list[tuple[bytes, bytes]], frames: list[str]) -> list[tuple]:
+    """A runner's websocket through an ASGI app: it connects, sends `frames`, and hangs up once the
+    server has answered (a frame or a close). What the server sent, as (what, status/code/frame kind)."""
+    scope = {"type": "websocket", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "scheme": "ws", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "subprotocols": [],
+             "extensions": {"websocket.http.response": {}}}
+    incoming = [{"type": "websocket.connect"}] + [{"type": "websocket.receive", "text": f} for f in frames]
+    answered = trio.Event()
+    sent: list[tuple] = []
+
+    async def receive() -> dict:
+        if incoming:
+            return incoming.pop(0)
+        await answered.wait()
+        return {"type": "websocket.disconnect", "code": 1000}
+
+    async def send(message: dict) -> None:
+        kind = message["type"].removeprefix("websocket.")
+        if kind == "send":
+            frame = p.decode(message["text"])
+            if not isinstance(frame, p.Ping):  # on the server's timer: not part of the exchange
+                sent.append((kind, frame.kind))
+                answered.set()
+        elif kind == "http.response.body":
+            if message["body"]:  # quart ends its answer with an empty body of its own
+                sent.append((kind, json.loads(message["body"])["error"]["code"]))
+        else:
+            sent.append((kind, message.get("status") or message.get("code")))
+            answered.set()
+
+    with trio.fail_after(10):
+        await asgi(scope, receive, send)
+    return sent
+
+
+async def test_the_runner_websocket_is_served_as_quart_served_it(server):
+    server.state.credential_wait = 0.2  # an id nobody vouched for is refused after this
+    app = create_app(server.state)
+    quart_alone = type(app).asgi_app.__get__(app)
+    host = [(b"host", b"127.0.0.1")]
+
+    def hello(runner_id: str) -> str:
+        return p.encode(p.Hello(runner_id=runner_id, pid=1, protocol_version=p.PROTOCOL_VERSION,
+                                harnesses=["openai-chat"]))
+
+    for n, via in enumerate((app.asgi_app, quart_alone)):
+        runner_id = f"runner_parity{n}"
+        secret = host_secret(server, runner_id)
+        path = f"/v1/runners/{runner_id}/ws"
+        auth = [(b"authorization", f"Bearer {secret}".encode())]
+        cases = {
+            "a browser's origin": (path, host + auth + [(b"origin", b"https://evil.example")], [hello(runner_id)]),
+            "a rebinding Host": (path, [(b"host", b"evil.example")] + auth, [hello(runner_id)]),
+            "the client token": (path, host + [(b"authorization", f"Bearer {TOKEN}".encode())], [hello(runner_id)]),
+            "no secret": (path, host, [hello(runner_id)]),
+            "another id's hello": (path, host + auth, [hello("runner_other")]),
+            "not a frame": (path, host + auth, ["{nope"]),
+            "its hello": (path, host + auth, [hello(runner_id)]),
+        }
+        seen = {label: await _ws_call(via, *case) for label, case in cases.items()}
+        if n == 0:
+            front = seen
+        assert runner_id not in server.state.registry.online  # every one of them hung up
+    assert seen == front  # quart's answers, case by case
+    assert front["a browser's origin"] == [("http.response.start", 403), ("http.response.body", "forbidden")]
+    assert front["no secret"] == [("accept", None), ("close", 4003)]
+    assert front["its hello"] == [("accept", None), ("send", "hello.ack")]
