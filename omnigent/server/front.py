@@ -8,12 +8,16 @@
   shows 0.5 ms). Answered here, below.
 - `/v1/runners/{id}/ws`: the runner link, which every turn crosses twice
   (`runner_socket.py`).
+- `GET /v1/sessions/{id}/stream`: the SSE stream that the SDK, the REPL and
+  `attach` follow a session on, written to once or more a turn.
 
 Every other request goes to quart untouched. quart's rules for these paths
 stay (their 405s, the route lists that the fuzz reads) and serve the same
-functions (`conversation.events_route`, `runner_link.serve_runner`).
+functions (`conversation.events_route`, `runner_link.serve_runner`,
+`streams.sse_chunks`).
 
-What the post keeps of what `app.py` guarantees every route:
+What the post and the stream keep of what `app.py` guarantees every route
+(`asgi.answer` finishes their answers as quart's hooks did):
 - the guard first: a browser origin, a rebinding Host or a missing client
   token is refused before any of the body is read, and the connection is
   closed after the answer;
@@ -26,10 +30,11 @@ What the post keeps of what `app.py` guarantees every route:
   or too slow, so keep-alive does not stall (quart's `_drain_body`);
 - one JSON error shape, the store's errors as 404 and 409, and anything
   else logged and answered 500 `internal_error`, never a bare page;
-- a client gone before its body arrived gets nothing, as under quart.
+- a client gone before its body arrived gets nothing, and a stream ends
+  when its client hangs up, as under quart.
 
-Not kept, on purpose: quart cancelled a handler whose client hung up after
-sending its body. This route's work is bounded (a transaction, then the
+Not kept, on purpose: quart cancelled a post's handler whose client hung up
+after sending its body. That work is bounded (a transaction, then the
 dispatch's wait of `HOLD_MAX` at most), and a message already stored is the
 same whether or not its poster waits for the answer.
 """
@@ -38,14 +43,16 @@ from __future__ import annotations
 
 import logging
 import re
+from contextlib import aclosing
 from typing import Any
+from urllib.parse import parse_qsl
 
-from werkzeug.http import parse_options_header
+import trio
 
 from ..config.timeline import stamp
-from . import bodies
-from ._routes import check_origin
-from .asgi import Headers, json_answer
+from . import streams
+from ._routes import check_origin, conversation
+from .asgi import ClientGone, Request, answer
 from .conversation import PostEvent
 from .errors import ApiError, of_store
 from .runner_socket import serve_runner_socket
@@ -53,104 +60,95 @@ from .state import ServerState
 
 log = logging.getLogger("omnigent.server")
 
-_EVENTS = re.compile(r"/v1/sessions/([^/]+)/events")  # quart's `<session_id>`: one segment, not empty
+# quart's `<session_id>` and `<runner_id>`: one path segment, not empty
+_EVENTS = re.compile(r"/v1/sessions/([^/]+)/events")
+_STREAM = re.compile(r"/v1/sessions/([^/]+)/stream")
 _RUNNER_WS = re.compile(r"/v1/runners/([^/]+)/ws")
-_CLOSES = (408, 413, 415)  # answered before the body was read whole: the connection is not kept
+_SSE_HEADERS = [(name.lower().encode(), value.encode()) for name, value in streams.SSE_HEADERS.items()]
 
 
 def with_front(asgi_app: Any, state: ServerState, post_event: PostEvent) -> Any:
-    """`asgi_app` (quart's) behind the front: a POST to a session's events and a runner's websocket
-    are answered here."""
+    """`asgi_app` (quart's) behind the front: the hot routes are answered here, the rest by quart."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            match = _EVENTS.fullmatch(scope["path"])
-            if match is not None:
-                return await _post_event(state, post_event, match.group(1), scope, _Body(scope, receive), send)
-        elif scope["type"] == "websocket":
-            match = _RUNNER_WS.fullmatch(scope["path"])
-            if match is not None:
-                return await serve_runner_socket(state, match.group(1), scope, receive, send)
+        kind, path = scope["type"], scope["path"]
+        if kind == "http" and scope["method"] == "POST" and (match := _EVENTS.fullmatch(path)):
+            return await _post_event(state, post_event, match.group(1), scope, Request(scope, receive), send)
+        if kind == "http" and scope["method"] == "GET" and (match := _STREAM.fullmatch(path)):
+            return await _event_stream(state, match.group(1), scope, Request(scope, receive), send)
+        if kind == "websocket" and (match := _RUNNER_WS.fullmatch(path)):
+            return await serve_runner_socket(state, match.group(1), scope, receive, send)
         return await asgi_app(scope, receive, send)
 
     return app
 
 
-class _ClientGone(Exception):
-    """The client hung up before its body was in: there is nobody to answer."""
-
-
-class _Body:
-    """A request's body as ASGI hands it over, read at most once, with what its headers say of it."""
-
-    def __init__(self, scope: dict[str, Any], receive: Any) -> None:
-        self._receive = receive
-        self.ended = False
-        self.headers = Headers(scope["headers"])
-        length = self.headers.get("content-length")
-        self.content_length = int(length) if length is not None and length.isdigit() else None
-
-    def __aiter__(self) -> _Body:
-        return self
-
-    async def __anext__(self) -> bytes:
-        """The body's next chunk (an iterator, not a generator: a read given up halfway leaves
-        nothing suspended to finalize)."""
-        if self.ended:
-            raise StopAsyncIteration
-        message = await self._receive()
-        if message["type"] == "http.disconnect":
-            self.ended = True
-            raise _ClientGone
-        self.ended = not message.get("more_body", False)
-        return message.get("body", b"")
-
-    async def read_json(self) -> dict[str, Any]:
-        """`bodies.json_body`, on this body: the media type, the bounds, the JSON's limits."""
-        bodies.check_json_type(parse_options_header(self.headers.get("content-type") or "")[0].lower() or None)
-        raw = await bodies.read_chunks(self, self.content_length, bodies.MAX_JSON_BODY)
-        return bodies.parse_json(raw or b"{}", "request body")
-
-    async def drain(self) -> ApiError | None:
-        """Read what is left and drop it: None when it ended, else why it could not be read."""
-        try:
-            await bodies.read_chunks(self, self.content_length, bodies.MAX_BODY)
-        except ApiError as exc:  # too large or too slow: answered, then the connection closed
-            return exc
-        return None
-
-
 async def _post_event(state: ServerState, post_event: PostEvent, session_id: str,
-                      scope: dict[str, Any], body: _Body, send: Any) -> None:
+                      scope: dict[str, Any], request: Request, send: Any) -> None:
     entered = stamp()
     try:
-        check_origin(state, body.headers, needs_token=True)
+        check_origin(state, request.headers, needs_token=True)
     except ApiError as exc:  # refused before its body is read; nothing of it is read
-        return await _answer(send, exc.body(), exc.status, close=True)
+        return await answer(send, request, exc.body(), exc.status, close=True)
     try:
-        answer, status = await post_event(session_id, body.read_json, entered)
-    except _ClientGone:
+        body, status = await post_event(session_id, request.read_json, entered)
+    except ClientGone:
         return
     except Exception as exc:
-        error = exc if isinstance(exc, ApiError) else of_store(exc)
-        if error is None:
-            log.exception("unhandled error on POST %s", scope["path"])
-            error = ApiError("internal_error", "internal error")
-        answer, status = error.body(), error.status
-    close = status in _CLOSES
-    if not body.ended and not close:  # answered before the body was read: drain it first
-        try:
-            unread = await body.drain()
-        except _ClientGone:
-            return
-        if unread is not None:
-            close = True
-            if unread.status == 413:
-                answer, status = unread.body(), unread.status
-    await _answer(send, answer, status, close=close)
+        error = _api_error(exc, scope)
+        body, status = error.body(), error.status
+    await answer(send, request, body, status)
 
 
-async def _answer(send: Any, answer: dict[str, Any], status: int, *, close: bool) -> None:
-    headers, data = json_answer(answer, close=close)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data, "more_body": False})
+async def _event_stream(state: ServerState, session_id: str, scope: dict[str, Any], request: Request,
+                        send: Any) -> None:
+    """The SSE stream (streams.sse_chunks): the same refusals as quart's route, then chunks as
+    they come, until the stream ends or its client hangs up."""
+    try:
+        check_origin(state, request.headers, needs_token=True)
+    except ApiError as exc:
+        return await answer(send, request, exc.body(), exc.status, close=True)
+    try:
+        conversation(state, session_id)
+        after = streams.after_arg(_Args(scope["query_string"]))
+        if after is None:
+            after = streams.last_event_id(request.headers.get("last-event-id"))
+        chunks = streams.sse_chunks(state, session_id, after)
+    except Exception as exc:
+        error = _api_error(exc, scope)
+        return await answer(send, request, error.body(), error.status)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_cancel_when_gone, request, nursery.cancel_scope)
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        nursery.cancel_scope.cancel()
+
+
+async def _cancel_when_gone(request: Request, scope: trio.CancelScope) -> None:
+    await request.gone()
+    scope.cancel()
+
+
+def _api_error(exc: Exception, scope: dict[str, Any]) -> ApiError:
+    """What a route's exception answers: its own ApiError, a store error's, else 500 (logged)."""
+    error = exc if isinstance(exc, ApiError) else of_store(exc)
+    if error is None:
+        log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+        error = ApiError("internal_error", "internal error")
+    return error
+
+
+class _Args:
+    """A query string's arguments, the first of a repeated one (as werkzeug's `request.args.get`)."""
+
+    def __init__(self, query_string: bytes) -> None:
+        self._first: dict[str, str] = {}
+        for name, value in parse_qsl(query_string.decode("latin1"), keep_blank_values=True, encoding="utf-8",
+                                     errors="replace"):
+            self._first.setdefault(name, value)
+
+    def get(self, name: str) -> str | None:
+        return self._first.get(name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from contextlib import aclosing
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import trio
@@ -33,29 +34,13 @@ def register(app: Any, state: ServerState) -> None:
 
     @app.get("/v1/sessions/<session_id>/stream")
     async def sse(session_id: str):
-        """SSE: a greeting heartbeat, the events after `?after=N` (or `Last-Event-ID`), the live tail.
-
-        Each logged event has an `id: <seq>` line, so a browser's EventSource
-        resumes by itself; heartbeats (every 15 s of silence) have none.
-        """
+        """Reached only when quart is driven without its front (front.py serves this path as bare
+        ASGI): the same checks and the same chunks."""
         conversation(state, session_id)
-        after = _after_arg(request.args)
+        after = after_arg(request.args)
         if after is None:
-            after = _last_event_id(request.headers.get("Last-Event-ID"))
-        now = state.hub.last_seq(session_id)
-
-        async def body():
-            # the greeting states the newest number: live-only starts there, so nothing posted after it is missed
-            yield _sse({"type": ev.HEARTBEAT, "session_id": session_id, "sequence_number": now})
-            stream = state.hub.follow_batches(session_id, now if after is None else after,
-                                              heartbeat=HEARTBEAT_EVERY)
-            async with aclosing(stream):
-                async for batch in stream:
-                    yield b"".join(_sse(event) for event in batch)  # one write per burst
-            yield b"data: [DONE]\n\n"
-
-        response = Response(body(), content_type="text/event-stream",
-                            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            after = last_event_id(request.headers.get("Last-Event-ID"))
+        response = Response(sse_chunks(state, session_id, after), headers=SSE_HEADERS)
         # quart cuts every response off after its RESPONSE_TIMEOUT (60 s) unless the response
         # sets its own: a stream is followed for as long as its client wants it
         response.timeout = None
@@ -67,7 +52,7 @@ def register(app: Any, state: ServerState) -> None:
         try:
             check_origin(state, websocket.headers, needs_token=True)
             conversation(state, session_id)
-            after = _after_arg(websocket.args)
+            after = after_arg(websocket.args)
         except ApiError as exc:
             return exc.body(), exc.status
         await websocket.accept()
@@ -92,12 +77,37 @@ def register(app: Any, state: ServerState) -> None:
         n.cancel_scope.cancel()
 
 
+# the SSE answer's headers (its content type first, as quart sent it)
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse_chunks(state: ServerState, session_id: str, after: int | None) -> AsyncGenerator[bytes, None]:
+    """SSE: a greeting heartbeat, the events after `after` (None: live only), the live tail, `[DONE]`.
+
+    Each logged event has an `id: <seq>` line, so a browser's EventSource resumes by itself;
+    heartbeats (every HEARTBEAT_EVERY s of silence) have none. The greeting states the newest
+    number, taken now (not when the first chunk is asked for): a live-only stream starts
+    there, so nothing posted after the request is missed."""
+    now = state.hub.last_seq(session_id)
+
+    async def chunks() -> AsyncGenerator[bytes, None]:
+        yield _sse({"type": ev.HEARTBEAT, "session_id": session_id, "sequence_number": now})
+        stream = state.hub.follow_batches(session_id, now if after is None else after, heartbeat=HEARTBEAT_EVERY)
+        async with aclosing(stream):
+            async for batch in stream:
+                yield b"".join(_sse(event) for event in batch)  # one write per burst
+        yield b"data: [DONE]\n\n"
+
+    return chunks()
+
+
 async def _drain_client() -> None:
     while True:  # clients send nothing we need; reading notices a close
         await websocket.receive()
 
 
-def _after_arg(args: Any) -> int | None:
+def after_arg(args: Any) -> int | None:
+    """`?after=N` of a stream: None when absent, 400 when not an integer."""
     raw = args.get("after")
     if raw is None:
         return None
@@ -113,7 +123,7 @@ def _sse(event: dict[str, Any]) -> bytes:
     return f"{head}event: {event['type']}\ndata: {event_json(event)}\n\n".encode()
 
 
-def _last_event_id(raw: str | None) -> int | None:
+def last_event_id(raw: str | None) -> int | None:
     """The SSE reconnect header: a sequence number we sent, or nothing usable (then: live)."""
     if raw is None:
         return None

@@ -248,3 +248,61 @@ async def test_the_runner_websocket_is_served_as_quart_served_it(server):
     assert front["a browser's origin"] == [("http.response.start", 403), ("http.response.body", "forbidden")]
     assert front["no secret"] == [("accept", None), ("close", 4003)]
     assert front["its hello"] == [("accept", None), ("send", "hello.ack")]
+
+
+async def _sse_call(asgi: Any, path: str, query: bytes, headers: list[tuple[bytes, bytes]]) -> tuple:
+    """A GET of a session's stream through an ASGI app; the client hangs up after the first chunk.
+    (status, the answer's headers, its JSON error or its first chunk, whether it closes)."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
+             "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "extensions": {}}
+    pending = [{"type": "http.request", "body": b"", "more_body": False}]
+    chunked = trio.Event()
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if pending:
+            return pending.pop(0)
+        await chunked.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and message["body"]:
+            chunked.set()
+
+    with trio.fail_after(10):
+        await asgi(scope, receive, send)
+    start = sent[0]
+    names = {bytes(k).lower(): bytes(v) for k, v in start["headers"]}
+    first = next(m["body"] for m in sent[1:] if m["body"])
+    if names[b"content-type"] == b"application/json":
+        first = json.loads(first)
+    names.pop(b"content-length", None)
+    return start["status"], names, first, names.get(b"connection") == b"close"
+
+
+async def test_the_event_stream_is_served_as_quart_served_it(server, bundle):  # noqa: F811
+    async with OmnigentClient(server.url, token=TOKEN) as client:
+        sid = (await client.create_session(bundle))["id"]
+    app = create_app(server.state)
+    quart_alone = type(app).asgi_app.__get__(app)
+    path = f"/v1/sessions/{sid}/stream"
+    cases = {
+        "a browser's origin": (path, b"", AUTH + [(b"origin", b"https://evil.example")]),
+        "no token": (path, b"", [AUTH[1]]),
+        "an unknown session": ("/v1/sessions/conv_nope/stream", b"", AUTH),
+        "after, not a number": (path, b"after=abc", AUTH),
+        "after, not UTF-8": (path, b"after=%ff", AUTH),
+        "a Last-Event-ID that is no number": (path, b"", AUTH + [(b"last-event-id", b"x")]),
+        "live only": (path, b"", AUTH),
+        "after 0": (path, b"after=0&after=x", AUTH),
+        "a Last-Event-ID": (path, b"", AUTH + [(b"last-event-id", b" 0 ")]),
+    }
+    for label, case in cases.items():
+        front = await _sse_call(app.asgi_app, *case)
+        assert front == await _sse_call(quart_alone, *case), label
+    assert (await _sse_call(app.asgi_app, *cases["a browser's origin"]))[::3] == (403, True)
+    status, headers, first, _ = await _sse_call(app.asgi_app, *cases["live only"])
+    assert status == 200 and headers[b"content-type"] == b"text/event-stream"
+    assert first.startswith(b"event: session.heartbeat\ndata: ")
