@@ -1,15 +1,16 @@
-"""The hot routes, served in front of quart as bare ASGI: the message post and the runner websocket.
+"""The hot routes, served in front of quart as bare ASGI: the message post, the runner link, the stream.
 
-- `POST /v1/sessions/{id}/events`: every turn a client starts is one such
-  post. Under quart it paid for a request object and its context, two tasks
-  (the body's reader and the handler), the hooks and a response of three
-  sends: ~1.4 ms of the server's CPU a lone turn, ~14 % (three A/B pairs of
-  `scripts/bench_sessions.py`; `bench_framework.py`'s bare exchange alone
-  shows 0.5 ms). Answered here, below.
-- `/v1/runners/{id}/ws`: the runner link, which every turn crosses twice
-  (`runner_socket.py`).
-- `GET /v1/sessions/{id}/stream`: the SSE stream that the SDK, the REPL and
-  `attach` follow a session on, written to once or more a turn.
+Every turn takes three routes: a client posts its message, the server and
+the runner exchange the step over the runner's websocket, and the answer
+reaches the client on the session's SSE stream. Under quart each paid for
+what a general framework does per request and per message: a request object
+and its context, a reader task beside the handler, hooks, a response of three
+sends, a channel hop and two signals per websocket message. Served here, the
+three cost the server ~16 % less CPU a lone turn (README, figures).
+
+- `POST /v1/sessions/{id}/events`: below.
+- `/v1/runners/{id}/ws`: `runner_socket.py`.
+- `GET /v1/sessions/{id}/stream`: below, over `streams.sse_chunks`.
 
 Every other request goes to quart untouched. quart's rules for these paths
 stay (their 405s, the route lists that the fuzz reads) and serve the same

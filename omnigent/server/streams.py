@@ -2,7 +2,8 @@
 
 - `GET /v1/sessions/{id}/stream`: SSE. A greeting heartbeat stating the newest
   sequence number, the events after `?after=N` (or `Last-Event-ID`), then the
-  live tail, ended by `data: [DONE]`.
+  live tail, ended by `data: [DONE]`. Served in front of quart (front.py) from
+  `sse_chunks`, with `after_arg` and `last_event_id`; quart's rule serves the same.
 - `GET /v1/sessions/{id}/ws`: the same stream as JSON text messages; `?after=N` replays.
 
 Both start from the number the greeting states, so nothing published after it
