@@ -44,18 +44,36 @@ async def server(nursery, tmp_path):
     store.close()
 
 
-async def _call(asgi: Any, path: str, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[int, dict, bool]:
-    """One POST through an ASGI app: (status, the JSON answer, whether it closes the connection)."""
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "extensions": {}}
-    pending = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
-    sent: list[dict] = []
+def _scope(method: str, path: str, headers: list[tuple[bytes, bytes]], query: bytes = b"") -> dict[str, Any]:
+    """An HTTP request's ASGI scope, as hypercorn makes it."""
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
+            "root_path": "", "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+            "extensions": {}}
+
+
+def _receiving(messages: list[dict], hang_up: trio.Event | None = None, gone: dict | None = None) -> Any:
+    """An ASGI `receive`: `messages` in order, then `gone` once `hang_up` is set (never, without one:
+    quart's reader waits there for a disconnect that does not come)."""
+    pending = list(messages)
 
     async def receive() -> dict:
         if pending:
             return pending.pop(0)
-        await trio.sleep_forever()  # quart's reader waits here for a disconnect that never comes
+        if hang_up is None:
+            await trio.sleep_forever()
+        await hang_up.wait()
+        return gone
+
+    return receive
+
+
+async def _call(asgi: Any, path: str, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[int, dict, bool]:
+    """One POST through an ASGI app: (status, the JSON answer, whether it closes the connection)."""
+    scope = _scope("POST", path, headers)
+    receive = _receiving([{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+                          for i, c in enumerate(chunks)])
+    sent: list[dict] = []
 
     async def send(message: dict) -> None:
         sent.append(message)
@@ -183,19 +201,12 @@ async def test_clients_that_hang_up_leave_the_server_serving(server, bundle, cap
 async def _ws_call(asgi: Any, path: str, headers: list[tuple[bytes, bytes]], frames: list[str]) -> list[tuple]:
     """A runner's websocket through an ASGI app: it connects, sends `frames`, and hangs up once the
     server has answered (a frame or a close). What the server sent, as (what, status/code/frame kind)."""
-    scope = {"type": "websocket", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-             "scheme": "ws", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "subprotocols": [],
-             "extensions": {"websocket.http.response": {}}}
-    incoming = [{"type": "websocket.connect"}] + [{"type": "websocket.receive", "text": f} for f in frames]
+    scope = {**_scope("GET", path, headers), "type": "websocket", "scheme": "ws", "subprotocols": [],
+             "extensions": {"websocket.http.response": {}}}  # hypercorn's: a refusal can be an HTTP answer
     answered = trio.Event()
+    receive = _receiving([{"type": "websocket.connect"}] + [{"type": "websocket.receive", "text": f} for f in frames],
+                         answered, {"type": "websocket.disconnect", "code": 1000})
     sent: list[tuple] = []
-
-    async def receive() -> dict:
-        if incoming:
-            return incoming.pop(0)
-        await answered.wait()
-        return {"type": "websocket.disconnect", "code": 1000}
 
     async def send(message: dict) -> None:
         kind = message["type"].removeprefix("websocket.")
@@ -253,18 +264,11 @@ async def test_the_runner_websocket_is_served_as_quart_served_it(server):
 async def _sse_call(asgi: Any, path: str, query: bytes, headers: list[tuple[bytes, bytes]]) -> tuple:
     """A GET of a session's stream through an ASGI app; the client hangs up after the first chunk.
     (status, the answer's headers, its JSON error or its first chunk, whether it closes)."""
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
-             "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "extensions": {}}
-    pending = [{"type": "http.request", "body": b"", "more_body": False}]
+    scope = _scope("GET", path, headers, query)
     chunked = trio.Event()
+    receive = _receiving([{"type": "http.request", "body": b"", "more_body": False}], chunked,
+                         {"type": "http.disconnect"})
     sent: list[dict] = []
-
-    async def receive() -> dict:
-        if pending:
-            return pending.pop(0)
-        await chunked.wait()
-        return {"type": "http.disconnect"}
 
     async def send(message: dict) -> None:
         sent.append(message)
