@@ -1,4 +1,4 @@
-"""Bare ASGI pieces that the routes served in front of quart share (`front.py`, `runner_socket.py`).
+"""Bare ASGI pieces that the routes served in front of quart share (`front.py`, `asgi_socket.py`).
 
 A request's headers read by name as werkzeug reads them, its body read
 within `bodies`' bounds, and a JSON answer encoded byte for byte as quart
@@ -8,13 +8,15 @@ encodes one, so a client cannot tell which of the two answered.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from werkzeug.http import parse_options_header
 
 from . import bodies
-from .errors import ApiError
+from .errors import ApiError, of_store
 
+log = logging.getLogger("omnigent.server")
 CLOSES = (408, 413, 415)  # answered before the body was read whole: the connection is not kept
 
 
@@ -111,3 +113,13 @@ async def answer(send: Any, request: Request, answer: dict[str, Any], status: in
     headers, data = json_answer(answer, close=close)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+def api_error(exc: Exception, method: str, path: str) -> ApiError:
+    """What a route's exception answers: its own ApiError, a store error's (404, 409), else 500
+    `internal_error`, logged (as quart's error handlers in app.py). Call it in the except block."""
+    error = exc if isinstance(exc, ApiError) else of_store(exc)
+    if error is None:
+        log.exception("unhandled error on %s %s", method, path)
+        error = ApiError("internal_error", "internal error")
+    return error

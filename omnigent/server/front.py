@@ -1,4 +1,4 @@
-"""The hot routes, served in front of quart as bare ASGI: the message post, the runner link, the stream.
+"""The hot routes, served in front of quart as bare ASGI: the message post, the runner link, the streams.
 
 Every turn takes three routes: a client posts its message, the server and
 the runner exchange the step over the runner's websocket, and the answer
@@ -6,16 +6,19 @@ reaches the client on the session's SSE stream. Under quart each paid for
 what a general framework does per request and per message: a request object
 and its context, a reader task beside the handler, hooks, a response of three
 sends, a channel hop and two signals per websocket message. Served here, the
-three cost the server ~16 % less CPU a lone turn (README, figures).
+three cost the server ~16 % less CPU a lone turn (README, figures). A
+session's websocket stream is served here too, so that every stream a
+watcher follows is served one way.
 
 - `POST /v1/sessions/{id}/events`: below.
-- `/v1/runners/{id}/ws`: `runner_socket.py`.
+- `/v1/runners/{id}/ws` and `/v1/sessions/{id}/ws`: the runner link and a
+  session's websocket watchers, over `asgi_socket.py`.
 - `GET /v1/sessions/{id}/stream`: below, over `streams.sse_chunks`.
 
 Every other request goes to quart untouched. quart's rules for these paths
 stay (their 405s, the route lists that the fuzz reads) and serve the same
 functions (`conversation.events_route`, `runner_link.serve_runner`,
-`streams.sse_chunks`).
+`streams.sse_chunks`, `streams.serve_watcher`).
 
 What the post and the stream keep of what `app.py` guarantees every route
 (`asgi.answer` finishes their answers as quart's hooks did):
@@ -42,7 +45,6 @@ same whether or not its poster waits for the answer.
 
 from __future__ import annotations
 
-import logging
 import re
 from contextlib import aclosing
 from typing import Any
@@ -51,20 +53,21 @@ from urllib.parse import parse_qsl
 import trio
 
 from ..config.timeline import stamp
+from ..link.runner_secrets import bearer
 from . import streams
 from ._routes import check_origin, conversation
-from .asgi import ClientGone, Request, answer
+from .asgi import ClientGone, Headers, Request, answer, api_error
+from .asgi_socket import Socket, serve_socket
 from .conversation import PostEvent
-from .errors import ApiError, of_store
-from .runner_socket import serve_runner_socket
+from .errors import ApiError
+from .runner_link import serve_runner
 from .state import ServerState
-
-log = logging.getLogger("omnigent.server")
 
 # quart's `<session_id>` and `<runner_id>`: one path segment, not empty
 _EVENTS = re.compile(r"/v1/sessions/([^/]+)/events")
 _STREAM = re.compile(r"/v1/sessions/([^/]+)/stream")
 _RUNNER_WS = re.compile(r"/v1/runners/([^/]+)/ws")
+_WATCHER_WS = re.compile(r"/v1/sessions/([^/]+)/ws")
 _SSE_HEADERS = [(name.lower().encode(), value.encode()) for name, value in streams.SSE_HEADERS.items()]
 
 
@@ -78,7 +81,9 @@ def with_front(asgi_app: Any, state: ServerState, post_event: PostEvent) -> Any:
         if kind == "http" and scope["method"] == "GET" and (match := _STREAM.fullmatch(path)):
             return await _event_stream(state, match.group(1), scope, Request(scope, receive), send)
         if kind == "websocket" and (match := _RUNNER_WS.fullmatch(path)):
-            return await serve_runner_socket(state, match.group(1), scope, receive, send)
+            return await _runner_socket(state, match.group(1), scope, receive, send)
+        if kind == "websocket" and (match := _WATCHER_WS.fullmatch(path)):
+            return await _watcher_socket(state, match.group(1), scope, receive, send)
         return await asgi_app(scope, receive, send)
 
     return app
@@ -96,7 +101,7 @@ async def _post_event(state: ServerState, post_event: PostEvent, session_id: str
     except ClientGone:
         return
     except Exception as exc:
-        error = _api_error(exc, scope)
+        error = api_error(exc, scope["method"], scope["path"])
         body, status = error.body(), error.status
     await answer(send, request, body, status)
 
@@ -116,7 +121,7 @@ async def _event_stream(state: ServerState, session_id: str, scope: dict[str, An
             after = streams.last_event_id(request.headers.get("last-event-id"))
         chunks = streams.sse_chunks(state, session_id, after)
     except Exception as exc:
-        error = _api_error(exc, scope)
+        error = api_error(exc, scope["method"], scope["path"])
         return await answer(send, request, error.body(), error.status)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_cancel_when_gone, request, nursery.cancel_scope)
@@ -128,18 +133,38 @@ async def _event_stream(state: ServerState, session_id: str, scope: dict[str, An
         nursery.cancel_scope.cancel()
 
 
+async def _runner_socket(state: ServerState, runner_id: str, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The runner link (`runner_link.serve_runner`): only the secret bound to the id opens it, never
+    the client token; the guard still refuses a browser or a rebinding Host before the handshake."""
+
+    def prepare(headers: Headers) -> None:
+        check_origin(state, headers, needs_token=False)
+
+    async def serve(socket: Socket, headers: Headers, _: None) -> None:
+        await serve_runner(state, runner_id, socket, bearer(headers.get("authorization")))
+
+    await serve_socket(scope, receive, send, prepare, serve)
+
+
+async def _watcher_socket(state: ServerState, session_id: str, scope: dict[str, Any], receive: Any,
+                          send: Any) -> None:
+    """A session's events as websocket messages (`streams.serve_watcher`), after the checks of
+    quart's route: the guard, the session, `?after=N`."""
+
+    def prepare(headers: Headers) -> int | None:
+        check_origin(state, headers, needs_token=True)
+        conversation(state, session_id)
+        return streams.after_arg(_Args(scope["query_string"]))
+
+    async def serve(socket: Socket, headers: Headers, after: int | None) -> None:
+        await streams.serve_watcher(state, session_id, after, socket)
+
+    await serve_socket(scope, receive, send, prepare, serve)
+
+
 async def _cancel_when_gone(request: Request, scope: trio.CancelScope) -> None:
     await request.gone()
     scope.cancel()
-
-
-def _api_error(exc: Exception, scope: dict[str, Any]) -> ApiError:
-    """What a route's exception answers: its own ApiError, a store error's, else 500 (logged)."""
-    error = exc if isinstance(exc, ApiError) else of_store(exc)
-    if error is None:
-        log.exception("unhandled error on %s %s", scope["method"], scope["path"])
-        error = ApiError("internal_error", "internal error")
-    return error
 
 
 class _Args:

@@ -14,7 +14,22 @@ empty tuple, which matches nothing.
 from __future__ import annotations
 
 import quart.wrappers.base as _base
+from quart import websocket
 
 CLIENT_DISCONNECTED: tuple[type[Exception], ...] = tuple(
     cls for cls in (getattr(_base, "ClientDisconnectedError", None),) if cls is not None
 )
+
+
+class QuartSocket:
+    """The current quart websocket as `runner_link.Transport` (what quart's own websocket rules
+    serve over; the front serves the same paths over `asgi_socket.Socket`)."""
+
+    async def receive(self) -> str | bytes:
+        return await websocket.receive()
+
+    async def send(self, text: str) -> None:
+        await websocket.send(text)
+
+    async def close(self, code: int, reason: str) -> None:
+        await websocket.close(code, reason)

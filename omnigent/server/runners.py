@@ -17,7 +17,7 @@ from ..link.runner_secrets import bearer, hash_secret, mint_runner_id, mint_secr
 from . import bodies
 from ._routes import check_origin
 from .errors import ApiError, invalid
-from .quart_compat import CLIENT_DISCONNECTED
+from .quart_compat import CLIENT_DISCONNECTED, QuartSocket
 from .runner_link import serve_runner
 from .state import ServerState
 
@@ -76,26 +76,13 @@ def register(app: Any, state: ServerState) -> None:
         """Only the secret bound to `runner_id` opens this (checked in serve_runner, 4003 otherwise).
 
         Reached only when quart is driven without its front: the front serves this path as bare
-        ASGI (`runner_socket.py`), over the same `serve_runner`."""
+        ASGI (`asgi_socket.py`), over the same `serve_runner`."""
         try:
             check_origin(state, websocket.headers, needs_token=False)
         except ApiError as exc:
             return exc.body(), exc.status
         await websocket.accept()
         try:
-            await serve_runner(state, runner_id, _QuartTransport(), bearer(websocket.headers.get("Authorization")))
+            await serve_runner(state, runner_id, QuartSocket(), bearer(websocket.headers.get("Authorization")))
         except* CLIENT_DISCONNECTED:
             pass  # the runner went away (quart 0.23 raises on receive/send; 0.22 cancels the handler)
-
-
-class _QuartTransport:
-    """The current quart websocket as the transport `serve_runner` speaks over."""
-
-    async def receive(self):
-        return await websocket.receive()
-
-    async def send(self, text: str) -> None:
-        await websocket.send(text)
-
-    async def close(self, code: int, reason: str) -> None:
-        await websocket.close(code, reason)

@@ -27,7 +27,8 @@ from ._routes import check_origin, conversation
 from .errors import ApiError, invalid
 from .hub import HEARTBEAT_EVERY
 from .memory_log import event_json
-from .quart_compat import CLIENT_DISCONNECTED
+from .quart_compat import CLIENT_DISCONNECTED, QuartSocket
+from .runner_link import Transport
 from .state import ServerState
 
 
@@ -58,24 +59,31 @@ def register(app: Any, state: ServerState) -> None:
             return exc.body(), exc.status
         await websocket.accept()
         try:
-            async with trio.open_nursery() as n:
-                n.start_soon(_close_on_shutdown, n)
-                n.start_soon(_drain_client)
-                now = state.hub.last_seq(session_id)
-                await websocket.send(json.dumps({"type": ev.HEARTBEAT, "session_id": session_id,
-                                                 "sequence_number": now}))
-                stream = state.hub.follow(session_id, now if after is None else after, heartbeat=HEARTBEAT_EVERY)
-                async with aclosing(stream):
-                    async for event in stream:
-                        await websocket.send(event_json(event))
-                n.cancel_scope.cancel()
+            await serve_watcher(state, session_id, after, QuartSocket())
         except* CLIENT_DISCONNECTED:
             pass  # the watcher left (quart 0.23 raises on receive/send; 0.22 cancels the handler)
 
-    async def _close_on_shutdown(n: trio.Nursery) -> None:
-        await state.shutting_down.wait()
-        await websocket.close(1001, "server shutting down")  # not 1006 after a 3 s hang (G1)
+
+async def serve_watcher(state: ServerState, session_id: str, after: int | None, socket: Transport) -> None:
+    """A watcher's accepted websocket: the greeting, the events after `after` (None: live only),
+    the live tail, each a JSON text message; closed with 1001 when the server shuts down (not a
+    1006 after a 3 s hang, G1). What the client sends is read and dropped: reading notices it leave."""
+    async with trio.open_nursery() as n:
+        n.start_soon(_close_on_shutdown, state, socket, n)
+        n.start_soon(_drain_client, socket)
+        now = state.hub.last_seq(session_id)
+        await socket.send(json.dumps({"type": ev.HEARTBEAT, "session_id": session_id, "sequence_number": now}))
+        stream = state.hub.follow(session_id, now if after is None else after, heartbeat=HEARTBEAT_EVERY)
+        async with aclosing(stream):
+            async for event in stream:
+                await socket.send(event_json(event))
         n.cancel_scope.cancel()
+
+
+async def _close_on_shutdown(state: ServerState, socket: Transport, n: trio.Nursery) -> None:
+    await state.shutting_down.wait()
+    await socket.close(1001, "server shutting down")
+    n.cancel_scope.cancel()
 
 
 # the SSE answer's headers (its content type first, as quart sent it)
@@ -102,9 +110,9 @@ def sse_chunks(state: ServerState, session_id: str, after: int | None) -> AsyncG
     return chunks()
 
 
-async def _drain_client() -> None:
+async def _drain_client(socket: Transport) -> None:
     while True:  # clients send nothing we need; reading notices a close
-        await websocket.receive()
+        await socket.receive()
 
 
 def after_arg(args: Any) -> int | None:

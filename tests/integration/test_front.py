@@ -198,10 +198,17 @@ async def test_clients_that_hang_up_leave_the_server_serving(server, bundle, cap
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
-async def _ws_call(asgi: Any, path: str, headers: list[tuple[bytes, bytes]], frames: list[str]) -> list[tuple]:
-    """A runner's websocket through an ASGI app: it connects, sends `frames`, and hangs up once the
-    server has answered (a frame or a close). What the server sent, as (what, status/code/frame kind)."""
-    scope = {**_scope("GET", path, headers), "type": "websocket", "scheme": "ws", "subprotocols": [],
+def _frame_kind(text: str) -> str | None:
+    """A runner link frame's kind; None for a ping (on the server's timer: not part of an exchange)."""
+    frame = p.decode(text)
+    return None if isinstance(frame, p.Ping) else frame.kind
+
+
+async def _ws_call(asgi: Any, path: str, headers: list[tuple[bytes, bytes]], frames: list[str],
+                   kind_of: Any = _frame_kind, query: bytes = b"") -> list[tuple]:
+    """A websocket through an ASGI app: the client connects, sends `frames`, and hangs up once the
+    server has answered (a message or a close). What the server sent, as (what, status/code/kind_of)."""
+    scope = {**_scope("GET", path, headers, query), "type": "websocket", "scheme": "ws", "subprotocols": [],
              "extensions": {"websocket.http.response": {}}}  # hypercorn's: a refusal can be an HTTP answer
     answered = trio.Event()
     receive = _receiving([{"type": "websocket.connect"}] + [{"type": "websocket.receive", "text": f} for f in frames],
@@ -211,9 +218,8 @@ async def _ws_call(asgi: Any, path: str, headers: list[tuple[bytes, bytes]], fra
     async def send(message: dict) -> None:
         kind = message["type"].removeprefix("websocket.")
         if kind == "send":
-            frame = p.decode(message["text"])
-            if not isinstance(frame, p.Ping):  # on the server's timer: not part of the exchange
-                sent.append((kind, frame.kind))
+            if (what := kind_of(message["text"])) is not None:
+                sent.append((kind, what))
                 answered.set()
         elif kind == "http.response.body":
             if message["body"]:  # quart ends its answer with an empty body of its own
@@ -310,3 +316,28 @@ async def test_the_event_stream_is_served_as_quart_served_it(server, bundle):  #
     status, headers, first, _ = await _sse_call(app.asgi_app, *cases["live only"])
     assert status == 200 and headers[b"content-type"] == b"text/event-stream"
     assert first.startswith(b"event: session.heartbeat\ndata: ")
+
+
+async def test_the_watchers_websocket_is_served_as_quart_served_it(server, bundle):  # noqa: F811
+    async with OmnigentClient(server.url, token=TOKEN) as client:
+        sid = (await client.create_session(bundle))["id"]
+    app = create_app(server.state)
+    quart_alone = type(app).asgi_app.__get__(app)
+    path = f"/v1/sessions/{sid}/ws"
+
+    def event_type(text: str) -> str:
+        return json.loads(text)["type"]
+
+    cases = {
+        "a browser's origin": (path, AUTH + [(b"origin", b"https://evil.example")], [], event_type),
+        "no token": (path, [AUTH[1]], [], event_type),
+        "an unknown session": ("/v1/sessions/conv_nope/ws", AUTH, [], event_type),
+        "after, not a number": (path, AUTH, [], event_type, b"after=abc"),
+        "live only": (path, AUTH, [], event_type),
+        "after 0, and a message from the client": (path, AUTH, ["hello?"], event_type, b"after=0"),
+    }
+    front = {label: await _ws_call(app.asgi_app, *case) for label, case in cases.items()}
+    assert front == {label: await _ws_call(quart_alone, *case) for label, case in cases.items()}
+    assert front["a browser's origin"] == [("http.response.start", 403), ("http.response.body", "forbidden")]
+    assert front["an unknown session"] == [("http.response.start", 404), ("http.response.body", "not_found")]
+    assert front["live only"] == [("accept", None), ("send", "session.heartbeat")]
