@@ -33,6 +33,15 @@ JSON = [(b"content-type", b"application/json")]
 
 
 @pytest.fixture
+async def both(server, bundle):  # noqa: F811
+    """A session, and the server's app as ASGI twice: behind its front, and quart's own dispatch alone."""
+    async with OmnigentClient(server.url, token=TOKEN) as client:
+        sid = (await client.create_session(bundle))["id"]
+    app = create_app(server.state)
+    return sid, app.asgi_app, type(app).asgi_app.__get__(app)
+
+
+@pytest.fixture
 async def server(nursery, tmp_path):
     from omnigent.store import Store
 
@@ -125,13 +134,10 @@ def _cases(sid: str) -> list[tuple[str, str, list[tuple[bytes, bytes]], list[byt
     ]
 
 
-async def test_the_front_answers_every_case_as_quart_does(server, bundle):  # noqa: F811
-    async with OmnigentClient(server.url, token=TOKEN) as client:
-        sid = (await client.create_session(bundle))["id"]
-    app = create_app(server.state)
-    quart_alone = type(app).asgi_app.__get__(app)  # quart's own dispatch, without the front
+async def test_the_front_answers_every_case_as_quart_does(server, both):
+    sid, front_app, quart_alone = both
     for label, path, headers, chunks in _cases(sid):
-        front = await _call(app.asgi_app, path, headers, chunks)
+        front = await _call(front_app, path, headers, chunks)
         quart = await _call(quart_alone, path, headers, chunks)
         assert front == quart, label
         assert 400 <= front[0] < 500 or front[1] == {"queued": False, "interrupted": False}, label
@@ -233,17 +239,16 @@ async def _ws_call(asgi: Any, path: str, headers: list[tuple[bytes, bytes]], fra
     return sent
 
 
-async def test_the_runner_websocket_is_served_as_quart_served_it(server):
+async def test_the_runner_websocket_is_served_as_quart_served_it(server, both):
     server.state.credential_wait = 0.2  # an id nobody vouched for is refused after this
-    app = create_app(server.state)
-    quart_alone = type(app).asgi_app.__get__(app)
+    _, front_app, quart_alone = both
     host = [(b"host", b"127.0.0.1")]
 
     def hello(runner_id: str) -> str:
         return p.encode(p.Hello(runner_id=runner_id, pid=1, protocol_version=p.PROTOCOL_VERSION,
                                 harnesses=["openai-chat"]))
 
-    for n, via in enumerate((app.asgi_app, quart_alone)):
+    for n, via in enumerate((front_app, quart_alone)):
         runner_id = f"runner_parity{n}"
         secret = host_secret(server, runner_id)
         path = f"/v1/runners/{runner_id}/ws"
@@ -292,11 +297,8 @@ async def _sse_call(asgi: Any, path: str, query: bytes, headers: list[tuple[byte
     return start["status"], names, first, names.get(b"connection") == b"close"
 
 
-async def test_the_event_stream_is_served_as_quart_served_it(server, bundle):  # noqa: F811
-    async with OmnigentClient(server.url, token=TOKEN) as client:
-        sid = (await client.create_session(bundle))["id"]
-    app = create_app(server.state)
-    quart_alone = type(app).asgi_app.__get__(app)
+async def test_the_event_stream_is_served_as_quart_served_it(both):
+    sid, front_app, quart_alone = both
     path = f"/v1/sessions/{sid}/stream"
     cases = {
         "a browser's origin": (path, b"", AUTH + [(b"origin", b"https://evil.example")]),
@@ -310,19 +312,16 @@ async def test_the_event_stream_is_served_as_quart_served_it(server, bundle):  #
         "a Last-Event-ID": (path, b"", AUTH + [(b"last-event-id", b" 0 ")]),
     }
     for label, case in cases.items():
-        front = await _sse_call(app.asgi_app, *case)
+        front = await _sse_call(front_app, *case)
         assert front == await _sse_call(quart_alone, *case), label
-    assert (await _sse_call(app.asgi_app, *cases["a browser's origin"]))[::3] == (403, True)
-    status, headers, first, _ = await _sse_call(app.asgi_app, *cases["live only"])
+    assert (await _sse_call(front_app, *cases["a browser's origin"]))[::3] == (403, True)
+    status, headers, first, _ = await _sse_call(front_app, *cases["live only"])
     assert status == 200 and headers[b"content-type"] == b"text/event-stream"
     assert first.startswith(b"event: session.heartbeat\ndata: ")
 
 
-async def test_the_watchers_websocket_is_served_as_quart_served_it(server, bundle):  # noqa: F811
-    async with OmnigentClient(server.url, token=TOKEN) as client:
-        sid = (await client.create_session(bundle))["id"]
-    app = create_app(server.state)
-    quart_alone = type(app).asgi_app.__get__(app)
+async def test_the_watchers_websocket_is_served_as_quart_served_it(both):
+    sid, front_app, quart_alone = both
     path = f"/v1/sessions/{sid}/ws"
 
     def event_type(text: str) -> str:
@@ -336,7 +335,7 @@ async def test_the_watchers_websocket_is_served_as_quart_served_it(server, bundl
         "live only": (path, AUTH, [], event_type),
         "after 0, and a message from the client": (path, AUTH, ["hello?"], event_type, b"after=0"),
     }
-    front = {label: await _ws_call(app.asgi_app, *case) for label, case in cases.items()}
+    front = {label: await _ws_call(front_app, *case) for label, case in cases.items()}
     assert front == {label: await _ws_call(quart_alone, *case) for label, case in cases.items()}
     assert front["a browser's origin"] == [("http.response.start", 403), ("http.response.body", "forbidden")]
     assert front["an unknown session"] == [("http.response.start", 404), ("http.response.body", "not_found")]
