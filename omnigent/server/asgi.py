@@ -17,6 +17,7 @@ from . import bodies
 from .errors import ApiError, of_store
 
 log = logging.getLogger("omnigent.server")
+
 CLOSES = (408, 413, 415)  # answered before the body was read whole: the connection is not kept
 
 
