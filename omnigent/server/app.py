@@ -2,8 +2,8 @@
 
 The routes live in one module per concern (`sessions`, `conversation`,
 `streams`, `runners`, `files`, `hosts`), each registered on the app here;
-the one every turn posts to is answered in front of quart (`front`), with
-the same guarantees.
+the message post, the runner websocket and the two session streams are
+answered in front of quart (`front`), with the same guarantees.
 What this module guarantees for all of them: every error leaves as one JSON
 shape (never a bare 500 page), a browser origin, a rebinding Host or a
 missing token is refused before any body is read, and a request answered
@@ -127,7 +127,7 @@ def create_app(state: ServerState) -> QuartTrio:
     files.register(app, state)
     hosts.register(app, state)
     approvals.register(app, state)
-    # ASGI middleware, as quart documents: the hot route in front of quart (front.py), and what is
+    # ASGI middleware, as quart documents: the hot routes in front of quart (front.py), and what is
     # left of any body drained once the answer is out
     app.asgi_app = _drain_unread_body(with_front(app.asgi_app, state, post_event))  # type: ignore[method-assign]
     return app

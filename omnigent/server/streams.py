@@ -50,7 +50,10 @@ def register(app: Any, state: ServerState) -> None:
 
     @app.websocket("/v1/sessions/<session_id>/ws")
     async def session_ws(session_id: str):
-        """The same stream as JSON text messages; `?after=N` replays. The client sends nothing."""
+        """The same stream as JSON text messages; `?after=N` replays. The client sends nothing.
+
+        Reached only when quart is driven without its front (front.py serves this path as bare
+        ASGI over the same `serve_watcher`)."""
         try:
             check_origin(state, websocket.headers, needs_token=True)
             conversation(state, session_id)
