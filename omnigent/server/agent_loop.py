@@ -281,23 +281,29 @@ class AgentLoop(ToolStepsMixin):
     def _complete(self, t: LoopTurn, frame: p.TurnCompleted | None, n: int | None = None) -> None:
         """The model answered without tool calls: its step, the turn's end and their events at once."""
         with self.hub.transaction(t.session_id) as tx:
+            done = None
             if frame is not None and n is not None:
-                if not self.store.finish_model_step(t.session_id, t.turn_id, n, frame.output,
-                                                    frame.response_id, frame.usage):
+                done = self.store.complete_model_step(t.session_id, t.turn_id, n, frame.output,
+                                                      frame.response_id, frame.usage)
+                if done is None:
                     return  # a duplicate answer: the step (and the turn) ended already
                 self._publish_unannounced(tx, t, frame)
             # the turn's usage as it ends (ending it changes none): the sum over its steps
             ended = self.store.end_turn(t.turn_id, "completed")
-            summed = self.store.turn_usage(t.turn_id) if ended else None
+            summed = done.turn_usage if done is not None else self.store.turn_usage(t.turn_id) if ended else None
             if frame is not None and n is not None:  # events go out in the order published: usage first
                 self._publish_usage(tx, t, n, frame.usage, summed=summed)
             if not ended:
                 return
             if self._release_claim is not None:  # nothing of the turn is left to write
                 self._release_claim(t.session_id)
+            # a turn whose output this step alone stored (most: one model step) need not read it back
+            if done is not None and done.first_index == 0:
+                output = done.items
+            else:
+                output = self.turn_items(t.session_id, t.turn_id)
             response = {"id": frame.response_id if frame else None, "object": "response", "status": "completed",
-                        "output": self.turn_items(t.session_id, t.turn_id),
-                        "usage": summed or (frame.usage if frame else None)}
+                        "output": output, "usage": summed or (frame.usage if frame else None)}
             tx.publish(ev.COMPLETED, turn_id=t.turn_id, response=response)
             tx.publish(ev.SESSION_STATUS, status="idle")
 

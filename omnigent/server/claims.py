@@ -84,11 +84,12 @@ class Claims:
         return self.store.holds_claim(session_id, self.owner, turn_id=turn_id, for_at_least=LEASE - RENEW_EVERY)
 
     def queue_message(self, session_id: str, item: dict, *,
-                      approval_timeout: float | None = None) -> tuple[dict, dict]:
-        """`Store.queue_message`, with the claim for the new turn taken in its transaction where
-        the conversation is idle (the turn is this service's to run: `submit` follows)."""
-        return self.store.queue_message(session_id, item, approval_timeout=approval_timeout,
-                                        claim=self.owner, lease=LEASE)
+                      approval_timeout: float | None = None) -> tuple[dict, dict, bool]:
+        """`Store.queue_message_claiming`, with the claim for the new turn taken in its transaction
+        where the conversation is idle (the turn is this service's to run: `submit` follows).
+        Returns (the item, the turn, whether it took the claim: as `holds` would read it)."""
+        return self.store.queue_message_claiming(session_id, item, approval_timeout=approval_timeout,
+                                                 claim=self.owner, lease=LEASE)
 
     @asynccontextmanager
     async def renewed(self, session_id: str, turn_id: str,

@@ -145,9 +145,9 @@ class TurnService(TakeoversMixin):
         interrupted and retried)."""
         started = None
         with self.hub.transaction(session_id) as tx:  # the message and its events commit together
-            item, turn = self.claims.queue_message(session_id, item, approval_timeout=approval_timeout)
+            item, turn, claimed = self.claims.queue_message(session_id, item, approval_timeout=approval_timeout)
             tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
-            placed = self._placed_at_once(session_id, turn["id"])
+            placed = self._placed_at_once(session_id) if claimed else None
             if placed is not None:
                 conn, conv = placed
                 turn, begun = self._start_attempt(tx, session_id, turn["id"], conn, conv)
@@ -157,9 +157,10 @@ class TurnService(TakeoversMixin):
             self.hub.hold(session_id)  # its watchers read these events once the runner has the step
         return item, turn
 
-    def _placed_at_once(self, session_id: str, turn_id: str) -> tuple[RunnerConn, dict[str, Any]] | None:
+    def _placed_at_once(self, session_id: str) -> tuple[RunnerConn, dict[str, Any]] | None:
         """Where `queue_message` starts the new turn's attempt (its runner and the session's row), or
-        None when that is the worker's to decide.
+        None when that is the worker's to decide. Asked only when the claim came with the message
+        (otherwise the turn waits behind another, here or in another process).
 
         A worker of the session may be here: the claim coming with the message means its last
         turn has ended, and released the claim with its end (`Claims.release_with_end`). It is
@@ -167,8 +168,6 @@ class TurnService(TakeoversMixin):
         that turn left to write; it follows this attempt next, as a new worker would."""
         if session_id in self._active or session_id in self._started or self.adoptions.expects_session(session_id):
             return None  # a turn of it runs here (so it holds the claim), or one is started already
-        if not self.claims.holds(session_id, turn_id):
-            return None  # busy: the turn waits behind another (here or in another process)
         conv = self.store.get_conversation(session_id, counts=False)
         conn = self.placement.bound_online(conv)  # placement's own first look, without its waiting
         if conv is None or conn is None:
@@ -285,8 +284,8 @@ class TurnService(TakeoversMixin):
                 # many sessions holds no task (~3.4 KB each) for each idle one.
                 return
             try:
-                # A started attempt holds the claim (its message's transaction took it and
-                # `_placed_at_once` read it there), and its message was appended at once: there is
+                # A started attempt holds the claim (its message's transaction took it, and said so
+                # to `queue_message`), and its message was appended at once: there is
                 # nothing to wait for or place, so neither is read again.
                 if started is None:
                     # a claim held elsewhere: the wait may be long, the watchers need not wait with it

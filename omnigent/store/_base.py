@@ -110,6 +110,13 @@ class Tables:
         keys = _keys(cursor)
         return [dict(zip(keys, row)) for row in cursor]
 
+    def _written(self, sql: str, params: Iterable[Any] = ()) -> dict | None:
+        """The one row a write's RETURNING clause gives (None: nothing written), read to the end so
+        that the statement is done: the write and the read back of a hot path in one statement."""
+        cursor = self.conn.execute(sql, list(params))
+        rows = cursor.fetchall()
+        return dict(zip(_keys(cursor), rows[0])) if rows else None
+
     def _scalar(self, sql: str, params: Iterable[Any] = ()) -> Any:
         row = self.conn.execute(sql, list(params)).fetchone()
         return row[0] if row else None

@@ -7,8 +7,8 @@ lease run out. A message that arrives while the conversation is busy
 waits in `pending_items` and joins the conversation when its turn holds
 the claim, so it comes after the answer it waited for.
 
-Needs `ItemsMixin` (for `_insert_items`) and `TurnsMixin` (`get_turn`) in
-the same `Store`.
+Needs `ItemsMixin` (for `_insert_items`) in the same `Store`; a queued turn's
+row is `TurnsMixin`'s (`TURN_RETURNING`).
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from . import ids
-from ._base import Tables, _wire_item, in_chunks
+from ._base import Tables, _turn, _wire_item, in_chunks
 from .errors import NotFoundError
 from .owners import ClaimOwner, owner_alive
+from .turns import TURN_RETURNING
 
 
 class ClaimsMixin(Tables):
-    if TYPE_CHECKING:  # ItemsMixin's and TurnsMixin's, beside this one in `Store`
+    if TYPE_CHECKING:  # ItemsMixin's, beside this one in `Store`
         def _insert_items(self, conv_id: str, items: list[dict], *, turn_id: str | None,
                           response_id: str | None, status: str | None, output_indexed: bool,
                           first_index: int = 0) -> list[dict]: ...
-        def get_turn(self, turn_id: str) -> dict | None: ...
 
     def claim_conversation(self, conv_id: str, owner: ClaimOwner, *, turn_id: str | None, lease: float) -> bool:
         """Take (or renew) the conversation's claim for `owner`, for `lease` seconds.
@@ -113,6 +113,15 @@ class ClaimsMixin(Tables):
     def queue_message(self, conv_id: str, item: dict, *, approval_timeout: float | None = None,
                       claim: ClaimOwner | None = None, lease: float = 0.0) -> tuple[dict, dict]:
         """A user message and its queued turn; returns (item in wire form, turn).
+        `queue_message_claiming` says whether the claim came with it."""
+        wire, turn, _ = self.queue_message_claiming(conv_id, item, approval_timeout=approval_timeout,
+                                                    claim=claim, lease=lease)
+        return wire, turn
+
+    def queue_message_claiming(self, conv_id: str, item: dict, *, approval_timeout: float | None = None,
+                               claim: ClaimOwner | None = None, lease: float = 0.0) -> tuple[dict, dict, bool]:
+        """A user message and its queued turn; returns (item in wire form, turn, whether `claim` took
+        the conversation's claim for it: a caller need not read that back).
 
         `approval_timeout` is stored on the turn: how long an approval of it
         waits for an answer (seconds; 0 refuses at once; None waits until answered).
@@ -148,17 +157,19 @@ class ClaimsMixin(Tables):
                                           output_indexed=False)[0]
             turn_id = ids.new_id(ids.TURN)
             now = self._clock()
-            self.db.execute(
+            turn = _turn(self._written(  # a new turn: no step, no output (nothing to read after it)
                 """INSERT INTO turns (id, conversation_id, input_item_id, status, owner_pid, created_at,
-                       approval_timeout) VALUES (?, ?, ?, 'queued', ?, ?, ?)""",
+                       approval_timeout) VALUES (?, ?, ?, 'queued', ?, ?, ?)""" + TURN_RETURNING,
                 [turn_id, conv_id, wire["id"], os.getpid(), now, approval_timeout],
-            )
+            ))
+            claimed = False
             if claim is not None and not busy:  # no claim exists (busy counts one), so none is replaced
+                claimed = True
                 self.db.execute(
                     """INSERT INTO conversation_claims (conversation_id, turn_id, owner_pid, owner_started,
                            owner_token, lease_until, claimed_at) VALUES (?, ?, ?, ?, ?, ?, ?)""",
                     [conv_id, turn_id, claim.pid, claim.started, claim.token, now + lease, now])
-        return wire, self.get_turn(turn_id)  # type: ignore[return-value]
+        return wire, turn, claimed  # type: ignore[return-value]
 
     def place_pending(self, conv_id: str, item_id: str | None) -> dict | None:
         """Append a pending item at the conversation's end; None if it is not pending."""

@@ -22,6 +22,7 @@ Needs `ItemsMixin` (for `_insert_items`) in the same `Store`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._base import STEP_COLUMNS, Tables, _step
@@ -34,6 +35,16 @@ _TOOL_ANSWERED = frozenset({"completed", "error", "timeout", "refused"})
 MODEL_END_STATUSES = ("failed", "cancelled", "interrupted", "not_run")
 _UNDER_WAY = ("running", "waiting")
 _SELECT = f"SELECT {', '.join(STEP_COLUMNS)} FROM turn_steps"
+_RETURNING = f" RETURNING {', '.join(STEP_COLUMNS)}"
+
+
+@dataclass(frozen=True)
+class FinishedStep:
+    """What `complete_model_step` wrote, as a read after it would give it."""
+
+    items: list[dict]          # the step's items in wire form, in order (`list_turn_items`' form)
+    first_index: int | None    # their first output slot (0: no earlier step of the turn stored any); None: no items
+    turn_usage: dict | None    # the turn's usage summed over its steps, this one's included (`turn_usage`)
 
 
 class StepsMixin(Tables):
@@ -65,11 +76,11 @@ class StepsMixin(Tables):
             raise ValueError(f"step kind must be one of {STEP_KINDS}, not {kind!r}")
         with self._write():
             self._require_conversation(conv_id)
-            inserted = self.db.execute(
+            inserted = self._written(  # the new row as written (a step that exists: none)
                 """INSERT OR IGNORE INTO turn_steps (turn_id, step, conversation_id, kind, status, call_id, tool,
-                       arguments, attempt, started_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)""",
-                [turn_id, step, conv_id, kind, call_id, tool, arguments, attempt, self._clock()]).rowcount
-            if not inserted and not self._stored(turn_id, step):
+                       arguments, attempt, started_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)""" + _RETURNING,
+                [turn_id, step, conv_id, kind, call_id, tool, arguments, attempt, self._clock()])
+            if inserted is None and not self._stored(turn_id, step):
                 self.db.execute(
                     """UPDATE turn_steps SET attempt = ?, error = NULL, ended_at = NULL, started_at = ?,
                            status = CASE WHEN status IN ('running', 'waiting') THEN status ELSE 'running' END
@@ -77,6 +88,8 @@ class StepsMixin(Tables):
                     [attempt, self._clock(), turn_id, step, attempt])
             if waiting:
                 self._set_waiting(turn_id, step, True)
+        if inserted is not None and not waiting:  # nothing changed it since: every fresh step's way
+            return _step(inserted)
         return self.get_step(turn_id, step)  # type: ignore[return-value]
 
     def _stored(self, turn_id: str, step: int) -> bool:
@@ -104,22 +117,31 @@ class StepsMixin(Tables):
 
         One transaction. False, and nothing written, if the step had already ended.
         """
+        return self.complete_model_step(conv_id, turn_id, step, items, response_id, usage) is not None
+
+    def complete_model_step(self, conv_id: str, turn_id: str, step: int, items: list[dict],
+                            response_id: str | None, usage: dict | None) -> FinishedStep | None:
+        """`finish_model_step`, saying what it wrote (None: nothing, the step had ended): the agent
+        loop ends most turns in the same transaction, and need not read any of it back."""
         with self._write():
             self._require_conversation(conv_id)
             if not self._claim_step(conv_id, turn_id, step, "model", None):
-                return False
+                return None
+            first, stored = None, []
             if items:
-                self._insert_items(conv_id, list(items), turn_id=turn_id, response_id=response_id, status=None,
-                                   output_indexed=True, first_index=self._next_output_index(conv_id, turn_id))
+                first = self._next_output_index(conv_id, turn_id)
+                stored = self._insert_items(conv_id, list(items), turn_id=turn_id, response_id=response_id,
+                                            status=None, output_indexed=True, first_index=first)
             self.db.execute(
                 """UPDATE turn_steps SET status = 'completed', usage = ?, error = NULL, ended_at = ?
                    WHERE turn_id = ? AND step = ?""",
                 [json.dumps(usage) if usage else None, self._clock(), turn_id, step])
+            current = self._scalar("SELECT usage FROM turns WHERE id = ?", [turn_id])
+            total = json.loads(current) if current else None
             if usage:
-                current = self._scalar("SELECT usage FROM turns WHERE id = ?", [turn_id])
-                total = add_usage(json.loads(current) if current else {}, usage)
+                total = add_usage(total or {}, usage)
                 self.db.execute("UPDATE turns SET usage = ? WHERE id = ?", [json.dumps(total), turn_id])
-        return True
+        return FinishedStep(stored, first, total)
 
     def finish_tool_step(self, conv_id: str, turn_id: str, step: int, call_id: str, output: str,
                          status: str) -> bool:

@@ -29,6 +29,15 @@ _TURN_SELECT = """
            (SELECT MAX(s.step) FROM turn_steps s WHERE s.turn_id = t.id) AS last_step
     FROM turns t LEFT JOIN turn_outputs o ON o.turn_id = t.id
 """
+# The same row from the statement that wrote it (`_written`), where reading it back was a second
+# statement with the same join: every message's turn and every attempt's start.
+TURN_RETURNING = """
+    RETURNING id, conversation_id, input_item_id, status, attempt, runner_id, owner_pid, error,
+              created_at, started_at, ended_at, generation,
+              EXISTS (SELECT 1 FROM turn_outputs o WHERE o.turn_id = turns.id) AS output_persisted,
+              usage, approval_timeout,
+              (SELECT MAX(s.step) FROM turn_steps s WHERE s.turn_id = turns.id) AS last_step
+"""
 _STEP_SELECT = f"SELECT {', '.join(STEP_COLUMNS)} FROM turn_steps"
 _CHUNK = 400  # (turn, step) pairs per query: well under SQLite's limit of bound variables
 
@@ -65,14 +74,13 @@ class TurnsMixin(Tables):
         turn_id = ids.new_id(ids.TURN)
         with self._write():
             self._require_conversation(conv_id)
-            self.db.execute(
+            return self._with_step(self._written(
                 """INSERT INTO turns (id, conversation_id, input_item_id, status, owner_pid, created_at,
                                       approval_timeout)
-                   VALUES (?, ?, ?, 'queued', ?, ?, ?)""",
+                   VALUES (?, ?, ?, 'queued', ?, ?, ?)""" + TURN_RETURNING,
                 [turn_id, conv_id, input_item_id, os.getpid() if owner_pid is None else owner_pid, self._clock(),
                  approval_timeout],
-            )
-        return self.get_turn(turn_id)  # type: ignore[return-value]
+            ))  # type: ignore[return-value]
 
     def get_turn(self, turn_id: str) -> dict | None:
         return self._with_step(self._one(_TURN_SELECT + " WHERE t.id = ?", [turn_id]))
@@ -141,17 +149,18 @@ class TurnsMixin(Tables):
         dispatched under. Raises ConflictError if the turn already ended.
         """
         with self._write_one():
-            # the update first: on the way every dispatch takes, one statement, not a read and a write
+            # one statement on the way every dispatch takes: the update, and the row as it left it
             # (TURN_OPEN is every status but the terminal ones)
-            if not self.db.execute(
+            started = self._written(
                 f"""UPDATE turns SET status = 'running', attempt = attempt + 1, runner_id = ?,
                        owner_pid = COALESCE(?, owner_pid), error = NULL, started_at = ?, ended_at = NULL,
                        generation = ?
-                   WHERE id = ? AND status IN ({", ".join("?" * len(TURN_OPEN))})""",
+                   WHERE id = ? AND status IN ({", ".join("?" * len(TURN_OPEN))})""" + TURN_RETURNING,
                 [runner_id, owner_pid, self._clock(), generation, turn_id, *TURN_OPEN],
-            ).rowcount:
+            )
+            if started is None:
                 raise ConflictError(f"turn {turn_id!r} is already {self._require_turn(turn_id)}")
-        return self.get_turn(turn_id)  # type: ignore[return-value]
+        return self._with_step(started)  # type: ignore[return-value]
 
     def finish_turn(
         self, turn_id: str, status: str, error: str | None = None, *, attempt: int | None = None

@@ -99,7 +99,7 @@ async def test_a_turn_posted_to_an_idle_session_runs_on_the_claim_its_message_to
             h.store.conn.set_trace_callback(statements.append)
             user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
             with h.hub.transaction(sid) as tx:
-                item, turn = h.turns.claims.queue_message(sid, user)
+                item, turn, _ = h.turns.claims.queue_message(sid, user)
                 tx.publish(ev.INPUT_CONSUMED, item=item, turn_id=turn["id"])
             assert h.store.claim_of(sid)["turn_id"] == turn["id"]
             h.turns.submit(sid)

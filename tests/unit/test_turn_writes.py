@@ -75,17 +75,17 @@ async def test_a_turn_end_that_rolls_back_after_releasing_the_claim_still_releas
             await h.online(1)
             sid = h.new_session()
             loop = h.turns.loop
-            release, items = loop._release_claim, loop.turn_items
+            release, append = loop._release_claim, h.store.append_events
             assert release is not None
 
             def released_then_failing(session_id: str) -> None:
                 release(session_id)
 
-                def failing(session_id: str, turn_id: str) -> list[dict[str, Any]]:
-                    loop.turn_items = items  # once
+                def failing(*args: Any, **kwargs: Any) -> list[str]:
+                    h.store.append_events = append  # once
                     raise sqlite3.OperationalError("disk I/O error")
 
-                loop.turn_items = failing  # the end's next read, after the release
+                h.store.append_events = failing  # the end's events, stored after the release
 
             loop._release_claim = released_then_failing
             turn = await _turn(h, sid, "hi")
