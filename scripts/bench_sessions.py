@@ -23,8 +23,9 @@ Figures (each phase after a warm-up):
   - closed loop: 100 sessions, each posts its next turn when its last is
     done: turns/s, CPU per turn over the floor's, and each process's share
     of the cores (CPU seconds over wall seconds: 1.0 = one core).
-  - stalls (server side, `OMNIGENT_STALLS`): the garbage collector's pauses
-    and the store's slow commits and WAL checkpoints, named: over the run, and
+  - stalls (`OMNIGENT_STALLS`): the garbage collector's pauses (the server's,
+    its runners' and this load generator's own) and the store's slow commits
+    and WAL checkpoints, named: over the run, and
     for each of the lone and paced phases' turns at or above their p99, the
     stalls that overlapped it.
 
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import resource
@@ -396,6 +398,13 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
 
         for _ in range(10):
             await turn(lone_session())
+        # this process's ~300 streams and clients live until the end: out of its collector's sight,
+        # and its collections as rare as the server's (config/collector.py). At CPython's defaults
+        # its own pauses (full collections of 75-86 ms, middle ones up to 34) land in the turns it times.
+        from omnigent.config import collector
+
+        gc.collect()
+        collector.tune()
         profiler.start("lone")
         cpu0, t0 = tree_cpu(server_pid), time.perf_counter()
         results["lone"], results["lone_first"], results["lone_ends"] = [], [], []
@@ -548,11 +557,33 @@ def started_with_message(db: Path) -> tuple[int, int, int]:
     return started, turns, sessions
 
 
+# this process's own garbage collections of 1 ms or more (kind, monotonic end, ms): the load
+# generator's pauses delay the turns it times as much as the server's do
+LOADGEN_STALLS: list[tuple[str, float, float]] = []
+
+
+def watch_own_gc() -> None:
+    import gc
+
+    started = [0.0]
+
+    def probe(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        ms = (time.perf_counter() - started[0]) * 1000
+        if ms >= 1:
+            LOADGEN_STALLS.append((f"loadgen_gc{info.get('generation', '?')}", time.monotonic(), ms))
+
+    gc.callbacks.append(probe)
+
+
 def read_stalls(path: Path, start: float) -> list[tuple[str, float, float]]:
-    """The server's stalls since `start`: (kind, monotonic end, milliseconds)."""
+    """The stalls since `start` of the server and its runners (`runner_` kinds), and this process's
+    own collections (`loadgen_`): (kind, monotonic end, milliseconds)."""
+    stalls = [s for s in LOADGEN_STALLS if s[1] >= start]
     if not path.exists():
-        return []
-    stalls = []
+        return stalls
     for line in path.read_text().splitlines():
         try:
             kind, at, ms = line.split()[:3]
@@ -635,6 +666,7 @@ def main() -> None:
             floor_before = floor(mock_url, args.floor_calls)
             server, url = start_server(env, Path(tmp) / "data", args.runners)
             started = time.monotonic()
+            watch_own_gc()
             results = trio.run(load, url, server.pid, mock.pid, args)
             with_message = started_with_message(Path(tmp) / "data" / "chat.db")
             floor_after = floor(mock_url, args.floor_calls)
@@ -703,7 +735,7 @@ def main() -> None:
           f"{started} of {turns - firsts} ({turns} turns of {firsts} sessions) |")
     if stall_list:
         print()
-        print("server stalls over the run (OMNIGENT_STALLS):")
+        print("stalls over the run (OMNIGENT_STALLS: the server's, its runners' `runner_`, this process's `loadgen_`):")
         for line in stall_report(stall_list):
             print(f"  {line}")
         print(p99_stalls("lone", lone, results["lone_ends"], stall_list, floor_lat))

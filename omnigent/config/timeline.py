@@ -140,8 +140,9 @@ def stall(kind: str, seconds: float) -> None:
     _append(path, f"{kind} {time.monotonic():.6f} {seconds * 1000:.3f}\n")
 
 
-def watch_gc() -> bool:
-    """Record every garbage collection of STALL_MIN or more as a stall (when enabled). Idempotent."""
+def watch_gc(who: str = "") -> bool:
+    """Record every garbage collection of STALL_MIN or more as a stall (when enabled), named
+    `<who>gc<generation>` (the server's have no prefix; a runner's `runner_`). Idempotent."""
     global _gc_watched
     if not stalls_enabled() or _gc_watched:
         return False
@@ -154,7 +155,7 @@ def watch_gc() -> bool:
         if phase == "start":
             started[0] = time.perf_counter()
         else:
-            stall(f"gc{info.get('generation', '?')}", time.perf_counter() - started[0])
+            stall(f"{who}gc{info.get('generation', '?')}", time.perf_counter() - started[0])
 
     gc.callbacks.append(probe)
     _gc_watched = True

@@ -25,7 +25,7 @@ import trio
 from protocol import Frame, ToolStart
 
 from ..config import collector
-from ..config.timeline import mark
+from ..config.timeline import mark, watch_gc
 from ._log import log, one_line
 from .state import RunnerState
 from .tool_steps import cancelled_result
@@ -69,6 +69,7 @@ class PrewarmMixin(RunnerState):
         finally:
             self._prewarmed.set()
         collector.tune()  # the SDK and the harness are loaded: they live as long as the runner
+        watch_gc("runner_")  # (only with $OMNIGENT_STALLS: a benchmark's p99 names a runner's pauses too)
         mark("runner.prewarmed")
 
     async def _load_harness(self) -> ModuleType:
