@@ -25,9 +25,8 @@ Figures (each phase after a warm-up):
     of the cores (CPU seconds over wall seconds: 1.0 = one core).
   - stalls (`OMNIGENT_STALLS`): the garbage collector's pauses (the server's,
     its runners' and this load generator's own) and the store's slow commits
-    and WAL checkpoints, named: over the run, and
-    for each of the lone and paced phases' turns at or above their p99, the
-    stalls that overlapped it.
+    and WAL checkpoints, named: over the run, and for each of the lone and
+    paced phases' turns at or above their p99, the stalls that overlapped it.
 
 Prints figures; asserts nothing.
 
@@ -563,8 +562,6 @@ LOADGEN_STALLS: list[tuple[str, float, float]] = []
 
 
 def watch_own_gc() -> None:
-    import gc
-
     started = [0.0]
 
     def probe(phase: str, info: dict) -> None:
