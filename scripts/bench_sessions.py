@@ -556,29 +556,10 @@ def started_with_message(db: Path) -> tuple[int, int, int]:
     return started, turns, sessions
 
 
-# this process's own garbage collections of 1 ms or more (kind, monotonic end, ms): the load
-# generator's pauses delay the turns it times as much as the server's do
-LOADGEN_STALLS: list[tuple[str, float, float]] = []
-
-
-def watch_own_gc() -> None:
-    started = [0.0]
-
-    def probe(phase: str, info: dict) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-            return
-        ms = (time.perf_counter() - started[0]) * 1000
-        if ms >= 1:
-            LOADGEN_STALLS.append((f"loadgen_gc{info.get('generation', '?')}", time.monotonic(), ms))
-
-    gc.callbacks.append(probe)
-
-
 def read_stalls(path: Path, start: float) -> list[tuple[str, float, float]]:
-    """The stalls since `start` of the server and its runners (`runner_` kinds), and this process's
-    own collections (`loadgen_`): (kind, monotonic end, milliseconds)."""
-    stalls = [s for s in LOADGEN_STALLS if s[1] >= start]
+    """The stalls since `start` of the server, its runners (`runner_` kinds) and this process
+    (`loadgen_`): (kind, monotonic end, milliseconds)."""
+    stalls: list[tuple[str, float, float]] = []
     if not path.exists():
         return stalls
     for line in path.read_text().splitlines():
@@ -650,12 +631,14 @@ def main() -> None:
 
         httpx.post(f"{mock_url}/mock/set_fallback", json={"text": " ".join(["word"] * args.stream_words),
                                                           "stream": True}).raise_for_status()
+    from omnigent.config.timeline import STALLS_VAR, watch_gc
+
     server = None
     try:
         with tempfile.TemporaryDirectory(prefix="bench-sessions-") as tmp:
             stalls = Path(tmp) / "stalls"
             env = {**os.environ, "HOME": tmp, "OPENAI_BASE_URL": f"{mock_url}/v1", "OPENAI_API_KEY": "mock",
-                   "OMNIGENT_STALLS": str(stalls)}
+                   STALLS_VAR: str(stalls)}
             timeline = Path(tmp) / "timeline"
             if args.timeline:
                 env["OMNIGENT_TIMELINE"] = str(timeline)
@@ -663,7 +646,10 @@ def main() -> None:
             floor_before = floor(mock_url, args.floor_calls)
             server, url = start_server(env, Path(tmp) / "data", args.runners)
             started = time.monotonic()
-            watch_own_gc()
+            # this process's own collections delay the turns it times as much as the server's do:
+            # recorded in the same file, the same way
+            os.environ[STALLS_VAR] = str(stalls)
+            watch_gc("loadgen_")
             results = trio.run(load, url, server.pid, mock.pid, args)
             with_message = started_with_message(Path(tmp) / "data" / "chat.db")
             floor_after = floor(mock_url, args.floor_calls)
