@@ -63,12 +63,26 @@ def test_an_attempt_start_returns_the_row_as_read_with_its_last_step(store: Stor
     assert started == store.get_turn(turn["id"])
     assert (started["status"], started["attempt"], started["runner_id"], started["generation"]) == (
         "running", 1, "runner_a", 3)
-    # a second attempt after a step: the row carries that step, and its output's flag
+    # a second attempt after a model step that stored its output and usage, stopped in its tool
+    # step: the row carries the usage and that last step
     store.begin_step(conv_id, turn["id"], 0, "model")
+    assert store.finish_model_step(conv_id, turn["id"], 0, [call("c1")], "resp_1", USAGE)
+    store.begin_step(conv_id, turn["id"], 1, "tool", call_id="c1", tool="shell")
     store.mark_interrupted(turn["id"])
     again = store.start_turn(turn["id"], "runner_b", None, generation=4)
     assert again == store.get_turn(turn["id"]) and again["attempt"] == 2 and again["owner_pid"] == 7
-    assert again["step"] is not None and again["step"]["step"] == 0
+    assert again["usage"] == USAGE and again["step"] is not None and again["step"]["step"] == 1
+
+
+def test_an_attempt_start_returns_a_persisted_output_as_read(store: Store, conv_id: str):
+    """A turn whose output was stored whole (`append_turn_output`, as before turn steps) and that
+    runs again: its row says so."""
+    _, turn = store.queue_message(conv_id, USER)
+    store.start_turn(turn["id"], "runner_a", 7)
+    assert store.append_turn_output(conv_id, turn["id"], [answer("a")], "resp_1")
+    store.mark_interrupted(turn["id"])
+    again = store.start_turn(turn["id"], "runner_a", 7)
+    assert again == store.get_turn(turn["id"]) and again["output_persisted"] is True
 
 
 def test_a_begun_step_is_returned_as_read(store: Store, conv_id: str):
