@@ -290,7 +290,10 @@ class AgentLoop(ToolStepsMixin):
                 self._publish_unannounced(tx, t, frame)
             # the turn's usage as it ends (ending it changes none): the sum over its steps
             ended = self.store.end_turn(t.turn_id, "completed")
-            summed = done.turn_usage if done is not None else self.store.turn_usage(t.turn_id) if ended else None
+            if done is not None:
+                summed = done.turn_usage  # summed by the step's own write
+            else:
+                summed = self.store.turn_usage(t.turn_id) if ended else None
             if frame is not None and n is not None:  # events go out in the order published: usage first
                 self._publish_usage(tx, t, n, frame.usage, summed=summed)
             if not ended:
