@@ -74,9 +74,9 @@ async def run_server(
     adopt_grace: float | None = None,
     task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    from hypercorn.config import Config
     from hypercorn.trio import serve
 
+    from . import connections
     from .app import create_app
 
     url = url_of(sock)
@@ -109,7 +109,8 @@ async def run_server(
             for link in host_links:
                 state.host_events.links.append(link)
                 nursery.start_soon(consume_host, state, link)
-            config = Config()
+            connections.install()  # each connection's keep-alive timeout without a task per request
+            config = connections.Config()
             config.bind = [f"fd://{sock.detach()}"]
             config.accesslog = None
             config.errorlog = log

@@ -1,0 +1,148 @@
+"""hypercorn's handler of one TCP connection, without a task per request.
+
+hypercorn 0.18 keeps each connection's keep-alive timeout as a task: when a
+request arrives it cancels that task, and when the response has gone it
+starts a new one (`TrioSingleTask`: a lock, a cancel, a `Nursery.start`). A
+turn is a post and two server-sent events on keep-alive connections, so that
+was 7 of a lone turn's 36 task steps, and ~3 % of the server's CPU in a profile.
+Its sized responses also end with an empty write (h11's end of a
+`Content-Length` body is no bytes), which still takes the send lock, a
+shielded scope and a checkpoint.
+
+`Connection` keeps hypercorn's behaviour with one watcher task per connection
+and a deadline it moves:
+
+- idle: the deadline is `keep_alive_timeout` away; when it passes, or the
+  server stops, the connection closes (as hypercorn's `_idle_timeout`);
+- busy (a request in flight, a websocket open): no deadline; if the server
+  stops meanwhile, the response is still finished and h11 then closes the
+  connection (its `_maybe_recycle` sees the server terminated);
+- once the client has gone (reading ended), the watcher ends with it, so the
+  connection's task group never waits on it.
+
+`install()` puts it where `hypercorn.trio.serve` builds its connections. It
+subclasses hypercorn's internals, so it applies only to the hypercorn minor
+version it was written against (pyproject.toml pins it); another one keeps
+hypercorn's own handler. `Config` also formats its Date header once a second,
+not once a response.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+from wsgiref.handlers import format_date_time
+
+import trio
+from hypercorn.config import Config as _HypercornConfig
+
+_WRITTEN_FOR = "0.18."  # the hypercorn minor version whose TCPServer this subclasses
+
+
+class _IdleDeadline:
+    """hypercorn's `SingleTask` interface, as the deadline of the connection's one watcher.
+
+    `restart` (the connection went idle) moves the deadline `timeout` away and, the first
+    time, starts the watcher; `stop` (a request came in) removes the deadline."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.scope = trio.CancelScope()
+        self.ended = False  # reading ended: the connection is done, and the watcher with it
+        self._started = False
+
+    @property
+    def busy(self) -> bool:
+        return self.scope.deadline == math.inf
+
+    async def restart(self, task_group: Any, action: Any) -> None:
+        self.scope.deadline = trio.current_time() + self.timeout
+        if not self._started:
+            self._started = True
+            task_group._nursery.start_soon(action)
+
+    async def stop(self) -> None:
+        self.scope.deadline = math.inf
+
+    def end(self) -> None:
+        self.ended = True
+        self.scope.cancel()
+
+
+def _connection_class() -> type | None:
+    import hypercorn
+    from hypercorn.events import RawData
+    from hypercorn.trio.tcp_server import TCPServer
+
+    version = getattr(hypercorn, "__version__", None)
+    if version is None:
+        from importlib.metadata import version as _version
+
+        version = _version("hypercorn")
+    if not version.startswith(_WRITTEN_FOR):
+        return None
+
+    class Connection(TCPServer):  # type: ignore[misc, valid-type]
+        """One TCP connection, its keep-alive timeout a moving deadline (see the module)."""
+
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.idle_task = _IdleDeadline(self.config.keep_alive_timeout)
+
+        async def protocol_send(self, event: Any) -> None:
+            if type(event) is RawData and not event.data:
+                return  # the end of a sized body: nothing to write
+            await super().protocol_send(event)
+
+        async def _idle_timeout(self) -> None:
+            idle = self.idle_task
+            with idle.scope:  # cancelled by its deadline: idle for keep_alive_timeout
+                await self.context.terminated.wait()
+                if idle.busy:  # the server stops mid-request: h11 closes after the response
+                    await trio.sleep_forever()
+            if idle.ended:
+                return  # the client left or the connection closed: run() closes what is left
+            # idle for keep_alive_timeout or the server stops (also when a request came in just
+            # as the deadline passed, as hypercorn's own task closes then)
+            with trio.CancelScope(shield=True):
+                await self._initiate_server_close()
+
+        async def _read_data(self) -> None:
+            try:
+                await super()._read_data()
+            finally:
+                self.idle_task.end()  # the client is gone or the connection closed
+
+    return Connection
+
+
+class Config(_HypercornConfig):
+    """hypercorn's Config, whose Date header is formatted once a second (its resolution), not
+    once a response."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.include_date_header = False  # response_headers adds it
+        self._date = (0, b"")
+
+    def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
+        now = int(time.time())
+        if self._date[0] != now:
+            self._date = (now, format_date_time(now).encode("ascii"))
+        return [(b"date", self._date[1]), *super().response_headers(protocol)]
+
+
+def install() -> bool:
+    """Have `hypercorn.trio.serve` use `Connection` (idempotent). False: another hypercorn version,
+    whose own handler stays."""
+    import hypercorn.trio.run as run
+
+    if getattr(run.TCPServer, "_omnigent", False):
+        return True
+    connection = _connection_class()
+    if connection is None:
+        return False
+    connection._omnigent = True
+    run.TCPServer = connection
+    return True
