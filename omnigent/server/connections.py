@@ -72,7 +72,7 @@ class _IdleDeadline:
 
 def _connection_class() -> type | None:
     import hypercorn
-    from hypercorn.events import RawData
+    from hypercorn.events import Closed, RawData
     from hypercorn.trio.tcp_server import TCPServer
 
     version = getattr(hypercorn, "__version__", None)
@@ -91,9 +91,24 @@ def _connection_class() -> type | None:
             self.idle_task = _IdleDeadline(self.config.keep_alive_timeout)
 
         async def protocol_send(self, event: Any) -> None:
-            if type(event) is RawData and not event.data:
+            if type(event) is not RawData:
+                await super().protocol_send(event)
+                return
+            if not event.data:
                 return  # the end of a sized body: nothing to write
-            await super().protocol_send(event)
+            # hypercorn's own write, but an uncontended lock taken without a schedule point:
+            # the send itself is one, and each was a task step of every write
+            try:
+                self.send_lock.acquire_nowait()
+            except trio.WouldBlock:
+                await self.send_lock.acquire()
+            try:
+                with trio.CancelScope(shield=True):
+                    await self.stream.send_all(event.data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.protocol.handle(Closed())
+            finally:
+                self.send_lock.release()
 
         async def _idle_timeout(self) -> None:
             idle = self.idle_task
@@ -115,6 +130,49 @@ def _connection_class() -> type | None:
                 self.idle_task.end()  # the client is gone or the connection closed
 
     return Connection
+
+
+def _h11_class() -> type:
+    import h11
+    from hypercorn.events import RawData
+    from hypercorn.protocol.events import StreamClosed
+    from hypercorn.protocol.h11 import H11Protocol
+
+    class H11(H11Protocol):  # type: ignore[misc, valid-type]
+        """hypercorn's HTTP/1.1, writing a sized response's head with its first body bytes.
+
+        An answer is a start and a body from the app: two writes, two task steps and two
+        segments for the client to read. A head that says its `content-length` waits for the
+        next bytes of its response (it is of no use to the client without them); a streamed
+        answer (server-sent events) has no length, and its head goes at once."""
+
+        _head = b""
+
+        async def _send_h11_event(self, event: Any) -> None:
+            try:
+                data = self.connection.send(event)
+            except h11.LocalProtocolError:
+                if self.connection.their_state != h11.ERROR:
+                    raise
+                return
+            if isinstance(event, h11.Response) and _sized(event.headers):
+                self._head = data
+                return
+            if self._head:
+                data, self._head = self._head + data, b""
+            await self.send(RawData(data=data))
+
+        async def stream_send(self, event: Any) -> None:
+            if self._head and isinstance(event, StreamClosed):  # the app left mid-answer
+                head, self._head = self._head, b""
+                await self.send(RawData(data=head))
+            await super().stream_send(event)
+
+    return H11
+
+
+def _sized(headers: Any) -> bool:
+    return any(name == b"content-length" for name, _ in headers)
 
 
 class Config(_HypercornConfig):
@@ -143,6 +201,9 @@ def install() -> bool:
     connection = _connection_class()
     if connection is None:
         return False
+    import hypercorn.protocol as protocols
+
     connection._omnigent = True
     run.TCPServer = connection
+    protocols.H11Protocol = _h11_class()
     return True
