@@ -13,7 +13,9 @@ nothing but the operation:
     message with one (the runner link: a lone turn sends a TurnStart and gets an
     item-done event and a TurnCompleted back);
   - quart SSE chunk: a streaming response that yields one small chunk at a time
-    (a lone turn's stream writes 4 bursts).
+    (a lone turn's stream writes 4 bursts);
+  - the raw ASGI POST and round trip again on omnigent's hypercorn connections
+    (`omnigent/server/connections.py`), as `omnigent server` serves them.
 
 The client is this process: httpx for HTTP and trio-websocket for the websocket.
 Each figure is the server's CPU per operation (utime+stime from /proc) over the
@@ -90,14 +92,19 @@ async def raw(scope, receive, send):
                 "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
     await send({"type": "http.response.body", "body": body})
 
-config = Config()
+if sys.argv[2:] == ["connections"]:  # omnigent's hypercorn connections (omnigent/server/connections.py)
+    from omnigent.server import connections
+    assert connections.install()
+    config = connections.Config()
+else:
+    config = Config()
 config.bind = ["127.0.0.1:0"]
 config.accesslog = None
 config.errorlog = None
 
 async def main():
     async with trio.open_nursery() as nursery:
-        (url,) = await nursery.start(serve, raw if sys.argv[1] == "raw" else app, config)
+        (url,) = await nursery.start(serve, app if sys.argv[1] == "quart" else raw, config)
         print(url, flush=True)
 
 trio.run(main)
@@ -105,7 +112,7 @@ trio.run(main)
 
 
 def _start(kind: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-c", _SERVER, kind], stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-c", _SERVER, *kind.split()], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     return proc, proc.stdout.readline().strip()
 
@@ -168,6 +175,9 @@ def main() -> None:
             ("raw ASGI POST (no quart)", measure("raw", args.ops, _posts), 0),
             ("quart websocket round trip (a message in, one out)", measure("quart", args.ops, _round_trips), 1.5),
             ("raw ASGI websocket round trip (no quart)", measure("raw", args.ops, _round_trips), 0),
+            ("raw ASGI POST, omnigent's hypercorn connections", measure("raw connections", args.ops, _posts), 0),
+            ("raw ASGI websocket round trip, omnigent's connections", measure("raw connections", args.ops,
+                                                                             _round_trips), 0),
             ("quart SSE chunk", measure("quart", args.ops, _chunks), 4),
         ]
         after = floor(mock_url, args.floor_calls)["cpu"]
