@@ -2,8 +2,8 @@
 
 Each active sample (idle threads and the event loop's wait in epoll left out) is put in
 one layer, by the frames on its stack:
-  - framework: a frame of hypercorn, quart, quart-trio, wsproto, h11, werkzeug or
-    trio-websocket below our deepest frame, or with none of ours (with the trio work under
+  - framework: a frame of hypercorn (with our subclasses of it, server/connections.py),
+    quart, quart-trio, wsproto, h11, werkzeug or trio-websocket below our deepest frame, or with none of ours (with the trio work under
     them: a send's lock, the socket's syscalls). Our route handlers run under quart's
     frames; what they do themselves is not the framework's;
   - store: the deepest frame of ours is in omnigent/store (SQLite, and the store's Python
@@ -27,12 +27,14 @@ from pathlib import Path
 FRAMEWORK = ("(hypercorn/", "(quart/", "(quart_trio/", "(wsproto/", "(h11/", "(werkzeug/", "(trio_websocket/")
 OURS = ("(omnigent/", "(protocol/", "(supervisor/")
 ENTRY = ("omnigent/cli.py", "omnigent/__main__.py")  # on every stack of the server: not a layer
+# hypercorn's own classes, subclassed (omnigent/server/connections.py): framework, not ours
+NOT_OURS = ENTRY + ("omnigent/server/connections.py",)
 IDLE = ("WorkerThread._work", "get_events (trio/_core/_io_epoll.py:243)")
 
 
 def layer(frames: list[str]) -> str:
     # our route handlers run under quart's frames: what counts is what is below our deepest frame
-    ours = [i for i, f in enumerate(frames) if any(o in f for o in OURS) and not any(e in f for e in ENTRY)]
+    ours = [i for i, f in enumerate(frames) if any(o in f for o in OURS) and not any(e in f for e in NOT_OURS)]
     below = frames[ours[-1] + 1:] if ours else frames
     if any(w in f for f in below for w in FRAMEWORK):
         return "framework"
@@ -61,7 +63,7 @@ def main() -> None:
             continue
         total += n
         layers[layer(frames)] += n
-        ours = [f for f in frames if any(o in f for o in OURS) and not any(e in f for e in ENTRY)]
+        ours = [f for f in frames if any(o in f for o in OURS) and not any(e in f for e in NOT_OURS)]
         if ours:
             outermost[ours[0].split(" (")[0]] += n
     if not total:
