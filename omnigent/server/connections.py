@@ -93,7 +93,8 @@ def _connection_class() -> type | None:
 
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
-            self.idle_task = _IdleDeadline(self.config.keep_alive_timeout)
+            self._idle = _IdleDeadline(self.config.keep_alive_timeout)
+            self.idle_task = self._idle  # type: ignore[assignment]  # hypercorn's run() restarts it
 
         async def protocol_send(self, event: Any) -> None:
             if type(event) is not RawData:
@@ -116,7 +117,7 @@ def _connection_class() -> type | None:
                 self.send_lock.release()
 
         async def _idle_timeout(self) -> None:
-            idle = self.idle_task
+            idle = self._idle
             with idle.scope:  # cancelled by its deadline: idle for keep_alive_timeout
                 await self.context.terminated.wait()
                 if idle.busy:  # the server stops mid-request: h11 closes after the response
@@ -132,7 +133,7 @@ def _connection_class() -> type | None:
             try:
                 await super()._read_data()
             finally:
-                self.idle_task.end()  # the client is gone or the connection closed
+                self._idle.end()  # the client is gone or the connection closed
 
     return Connection
 
@@ -208,7 +209,7 @@ def install() -> bool:
         return False
     import hypercorn.protocol as protocols
 
-    connection._omnigent = True
-    run.TCPServer = connection
-    protocols.H11Protocol = _h11_class()
+    connection._omnigent = True  # type: ignore[attr-defined]
+    run.TCPServer = connection  # type: ignore[misc, assignment]
+    protocols.H11Protocol = _h11_class()  # type: ignore[misc, assignment]
     return True

@@ -7,7 +7,6 @@ long (30 s), so a watcher that never ends shows as a `serve` that does not retur
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
