@@ -27,9 +27,9 @@ first body bytes, so the two go as one write. `Config` formats the Date header
 once a second, not once a response.
 
 `install()` puts them where `hypercorn.trio.serve` builds its connections. They
-subclass hypercorn's internals, so they apply only to the hypercorn minor version
-they were written against (pyproject.toml pins it); another one keeps hypercorn's
-own.
+subclass hypercorn's internals: pyproject.toml pins the minor version they were
+written against, and a hypercorn whose classes lack what they override or call
+keeps its own.
 """
 
 from __future__ import annotations
@@ -42,7 +42,15 @@ from wsgiref.handlers import format_date_time
 import trio
 from hypercorn.config import Config as _HypercornConfig
 
-_WRITTEN_FOR = "0.18."  # the hypercorn minor version whose TCPServer this subclasses
+# what the subclasses below override or call of hypercorn 0.18's classes: a hypercorn without
+# all of them is not the one they were written for (pyproject.toml pins the minor; asking the
+# installed version through importlib.metadata would cost every server start ~14 ms)
+_TCP_SERVER_USES = ("run", "protocol_send", "_idle_timeout", "_read_data", "_initiate_server_close", "_close")
+_H11_USES = ("stream_send", "_send_h11_event", "_maybe_recycle", "handle")
+
+
+def _fits(cls: type, names: tuple[str, ...]) -> bool:
+    return all(callable(getattr(cls, name, None)) for name in names)
 
 
 class _IdleDeadline:
@@ -76,16 +84,10 @@ class _IdleDeadline:
 
 
 def _connection_class() -> type | None:
-    import hypercorn
     from hypercorn.events import Closed, RawData
     from hypercorn.trio.tcp_server import TCPServer
 
-    version = getattr(hypercorn, "__version__", None)
-    if version is None:
-        from importlib.metadata import version as _version
-
-        version = _version("hypercorn")
-    if not version.startswith(_WRITTEN_FOR):
+    if not _fits(TCPServer, _TCP_SERVER_USES):
         return None
 
     class Connection(TCPServer):  # type: ignore[misc, valid-type]
@@ -138,11 +140,14 @@ def _connection_class() -> type | None:
     return Connection
 
 
-def _h11_class() -> type:
+def _h11_class() -> type | None:
     import h11
     from hypercorn.events import RawData
     from hypercorn.protocol.events import StreamClosed
     from hypercorn.protocol.h11 import H11Protocol
+
+    if not _fits(H11Protocol, _H11_USES):
+        return None
 
     class H11(H11Protocol):  # type: ignore[misc, valid-type]
         """hypercorn's HTTP/1.1, writing a sized response's head with its first body bytes.
@@ -204,12 +209,12 @@ def install() -> bool:
 
     if getattr(run.TCPServer, "_omnigent", False):
         return True
-    connection = _connection_class()
-    if connection is None:
+    connection, h11 = _connection_class(), _h11_class()
+    if connection is None or h11 is None:
         return False
     import hypercorn.protocol as protocols
 
     connection._omnigent = True  # type: ignore[attr-defined]
     run.TCPServer = connection  # type: ignore[misc, assignment]
-    protocols.H11Protocol = _h11_class()  # type: ignore[misc, assignment]
+    protocols.H11Protocol = h11  # type: ignore[misc, assignment]
     return True

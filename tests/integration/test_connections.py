@@ -204,6 +204,8 @@ async def test_a_client_that_leaves_mid_request_leaves_nothing_waiting() -> None
             await server.stopped.wait()
 
 
-def test_another_hypercorn_version_keeps_its_own_handler(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(connections, "_WRITTEN_FOR", "0.99.")
+def test_a_hypercorn_without_what_they_override_keeps_its_own_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connections, "_TCP_SERVER_USES", (*connections._TCP_SERVER_USES, "_gone"))
     assert connections._connection_class() is None
+    monkeypatch.setattr(connections, "_H11_USES", ("_gone",))
+    assert connections._h11_class() is None

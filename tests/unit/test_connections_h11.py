@@ -14,6 +14,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from omnigent.server import connections
 
 H11 = connections._h11_class()
+assert H11 is not None
 
 
 async def _protocol() -> tuple[Any, list[bytes]]:
