@@ -345,11 +345,16 @@ class EventHub(FollowingMixin):
         its own, instead of SQLite's automatic checkpoint inside whichever
         commit crosses 1,000 pages (a pause of the event loop of several ms
         under load, in the middle of some turn), and indexes the messages the
-        search triggers queued, in batches (`search_indexing`). With `OMNIGENT_STALLS` set,
-        garbage collections, slow commits and checkpoints are recorded by name.
+        search triggers queued, in batches (`search_indexing`). While it runs, the loop's
+        garbage collections happen as it waits (`collector.idle_collections`). With
+        `OMNIGENT_STALLS` set, garbage collections, slow commits and checkpoints are recorded
+        by name.
         """
         watch_gc()
         collector.tune()  # the server runs: what start-up loaded lives as long as it does
+        # its collections while it waits (for a model, a client), not in the middle of a turn's work
+        idle_collections = collector.idle_collections()
+        trio.lowlevel.add_instrument(idle_collections)
         self._batching = True
         task_status.started()
         checkpoint = _Checkpointer.start(self.store)
@@ -374,6 +379,7 @@ class EventHub(FollowingMixin):
             # (shielded), whose connection `stop` closes (closed under it: a segfault)
             if checkpoint is not None:
                 checkpoint.stop()
+            trio.lowlevel.remove_instrument(idle_collections)
             self._batching = False
             self.flush()
 
