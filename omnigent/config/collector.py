@@ -33,10 +33,11 @@ not move above the noise.
 at `IDLE_AT` (80 % of its threshold), the collection CPython is about to run
 runs when the loop next waits with nothing to do (for a model's answer, a
 client's next post), not inside the turn whose allocation would have set it
-off. Six pairs of `bench_sessions.py` (2026-12-07, with and without it): the
-lone p99 +12.6 ms against +16.6 (medians; lower in five pairs of six), the
-paced p99 +12.0 against +13.9 (worst 12.9 against 18.9 ms), the p50s -0.3
-and -0.4 ms; the CPU per turn did not move above the noise.
+off. Nine pairs of `bench_sessions.py` (2026-12-07, with and without it, three
+of them in the reverse order): the lone p99 +12.4 ms against +15.5 (medians;
+lower in seven pairs of nine), the paced p99 +10.9 to +13.1 against +10.9 to
++18.9 (medians +12.4 / +12.6); the p50s and the CPU per turn the same within
+the noise.
 """
 
 from __future__ import annotations
