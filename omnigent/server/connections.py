@@ -203,8 +203,8 @@ class Config(_HypercornConfig):
 
 
 def install() -> bool:
-    """Have `hypercorn.trio.serve` use `Connection` and `H11` (idempotent). False: another
-    hypercorn version, whose own classes stay."""
+    """Have `hypercorn.trio.serve` use `Connection` and `H11` (idempotent). False: a hypercorn
+    whose classes lack what they override or call, which keeps its own."""
     import hypercorn.trio.run as run
 
     if getattr(run.TCPServer, "_omnigent", False):

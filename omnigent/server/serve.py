@@ -109,7 +109,7 @@ async def run_server(
             for link in host_links:
                 state.host_events.links.append(link)
                 nursery.start_soon(consume_host, state, link)
-            connections.install()  # each connection's keep-alive timeout without a task per request
+            connections.install()  # hypercorn's connections, with fewer task steps and writes a request
             config = connections.Config()
             config.bind = [f"fd://{sock.detach()}"]
             config.accesslog = None
