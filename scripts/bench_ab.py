@@ -6,7 +6,8 @@ pairs alternate their order (ABBA...). The other revision runs from a temporary 
 worktree, with `PYTHONPATH` pointing at it (its scripts too), and the worktree is
 removed at the end.
 
-Every row of the tables the script prints is collected, and printed per row: each
+Every row of the markdown tables the script prints is collected (a script that prints
+none, as `bench_watchers.py`, is refused), and printed per row: each
 run's value in its second column, this checkout's first, then the median of each side.
 For `bench_sessions.py` a CPU row also gives the server's CPU over its runners' (its
 "(server X, runners Y)"): the runners run the same code on both sides in a comparison
@@ -91,6 +92,8 @@ def main() -> None:
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)
         shutil.rmtree(worktree, ignore_errors=True)
+    if not values:
+        raise SystemExit(f"{args.script} printed no table rows (`| what | ... |`) to compare")
     print(f"this checkout against {args.rev}: {args.pairs} pair{'s' if args.pairs != 1 else ''} of `{args.script} {' '.join(args.args)}`, "
           "the order alternating; each run's value (· between runs), then each side's medians")
     print()
