@@ -97,32 +97,21 @@ async def test_a_running_hub_collects_while_the_loop_waits_and_not_once_it_stopp
     import gc
 
     from omnigent.config.collector import IDLE_AT, IDLE_WAIT
+    from tests.support.collections import only_explicit_collections
 
-    collections: list[int] = []
-
-    def seen(phase: str, info: dict) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
-
-    before, was_enabled = gc.get_threshold(), gc.isenabled()
+    before = gc.get_threshold()
     hub = EventHub()
     try:
         async with trio.open_nursery() as n:
             await n.start(hub.run)
-            gc.disable()  # only the hub's instrument collects
-            gc.collect()
-            gc.callbacks.append(seen)
-            kept = [[] for _ in range(IDLE_AT + 100)]
-            await trio.sleep(IDLE_WAIT * 4)  # the loop waits with nothing to run
-            assert collections, "no collection while the loop waited"
+            with only_explicit_collections() as collections:
+                kept = [[] for _ in range(IDLE_AT + 100)]
+                await trio.sleep(IDLE_WAIT * 4)  # the loop waits with nothing to run
+                assert collections, "no collection while the loop waited"
             n.cancel_scope.cancel()
-        collections.clear()
-        kept += [[] for _ in range(IDLE_AT + 100)]
-        await trio.sleep(IDLE_WAIT * 4)
-        assert collections == []  # the hub is gone: its instrument too
+        with only_explicit_collections() as collections:
+            kept += [[] for _ in range(IDLE_AT + 100)]
+            await trio.sleep(IDLE_WAIT * 4)
+            assert collections == []  # the hub is gone: its instrument too
     finally:
-        if seen in gc.callbacks:
-            gc.callbacks.remove(seen)
         gc.set_threshold(*before)
-        if was_enabled:
-            gc.enable()

@@ -4,12 +4,12 @@ CPython would have collected, once its young generation is far enough along; a b
 from __future__ import annotations
 
 import gc
-from typing import Any
 
 import pytest
 import trio
 
 from omnigent.config import collector
+from tests.support.collections import only_explicit_collections
 
 
 class _FakeGc:
@@ -54,28 +54,16 @@ def test_a_loop_with_a_task_to_run_or_a_deadline_near_does_not_collect(monkeypat
 
 
 async def test_in_a_trio_run_the_collection_happens_while_the_loop_waits() -> None:
-    collections: list[int] = []
-
-    def seen(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
-
-    was_enabled = gc.isenabled()
-    gc.disable()  # only the instrument collects
-    gc.collect()
-    gc.callbacks.append(seen)
     instrument = collector.idle_collections()
-    trio.lowlevel.add_instrument(instrument)
-    try:
-        kept = [[] for _ in range(collector.IDLE_AT + 100)]  # young tracked containers, alive
-        await trio.lowlevel.checkpoint()  # runnable at once: no wait, no collection
-        assert collections == []
-        await trio.sleep(collector.IDLE_WAIT * 4)  # the loop waits with nothing to run
-        assert collections == [0]
-        assert gc.get_count()[0] < collector.IDLE_AT
-        del kept
-    finally:
-        trio.lowlevel.remove_instrument(instrument)
-        gc.callbacks.remove(seen)
-        if was_enabled:
-            gc.enable()
+    with only_explicit_collections() as collections:
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            kept = [[] for _ in range(collector.IDLE_AT + 100)]  # young tracked containers, alive
+            await trio.lowlevel.checkpoint()  # runnable at once: no wait, no collection
+            assert collections == []
+            await trio.sleep(collector.IDLE_WAIT * 4)  # the loop waits with nothing to run
+            assert collections == [0]
+            assert gc.get_count()[0] < collector.IDLE_AT
+            del kept
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
