@@ -45,8 +45,10 @@ from hypercorn.config import Config as _HypercornConfig
 # what the subclasses below override or call of hypercorn 0.18's classes: a hypercorn without
 # all of them is not the one they were written for (pyproject.toml pins the minor; asking the
 # installed version through importlib.metadata would cost every server start ~14 ms)
-_TCP_SERVER_USES = ("run", "protocol_send", "_idle_timeout", "_read_data", "_initiate_server_close", "_close")
-_H11_USES = ("stream_send", "_send_h11_event", "_maybe_recycle", "handle")
+# (`run` is the caller of `idle_task.restart(..., self._idle_timeout)`; `Connection` overrides the rest
+# or calls them)
+_TCP_SERVER_USES = ("run", "protocol_send", "_idle_timeout", "_read_data", "_initiate_server_close")
+_H11_USES = ("stream_send", "_send_h11_event")
 
 
 def _fits(cls: type, names: tuple[str, ...]) -> bool:
