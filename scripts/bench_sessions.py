@@ -478,8 +478,8 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: float) -> list[str]:
-    """Median time of each segment of a lone turn's path (TURN_POINTS), from the processes' marks.
+def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: float, phase: str = "lone") -> list[str]:
+    """Median time of each segment of a `phase` turn's path (TURN_POINTS), from the processes' marks.
 
     The server's marks carry its counts so far (`omnigent.config.timeline._counts`): SQL
     statements and trio task steps. A segment between two of its marks says how many it took,
@@ -508,7 +508,7 @@ def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: f
             counted_rows.append(counts.get(turn_id, {}))
     if not rows:
         have = sorted({point for points in marks.values() for point in points})
-        return [f"no lone turn has every point of TURN_POINTS (marks seen: {', '.join(have) or 'none'})"]
+        return [f"no {phase} turn has every point of TURN_POINTS (marks seen: {', '.join(have) or 'none'})"]
 
     def made(pairs: list[tuple[tuple[str, dict[str, int]] | None, tuple[str, dict[str, int]] | None]]) -> str:
         """Median SQL statements and task steps between the two marks of each pair (one process's)."""
@@ -519,7 +519,7 @@ def turn_timeline(path: Path, ends: list[tuple[str, float, float]], floor_lat: f
             got.append(f"{statistics.median(spans):5.0f}" if spans else "     ")
         return " ".join(got)
 
-    out = [f"where a lone turn's time goes ({len(rows)} turns; medians: ms, then the server's SQL statements"
+    out = [f"where a {phase} turn's time goes ({len(rows)} turns; medians: ms, then the server's SQL statements"
            " and task steps; the marks and counts cost a little):"]
     for (a, what), (b, _) in zip(TURN_POINTS, TURN_POINTS[1:]):
         spans = [r[b] - r[a] for r in rows]
@@ -654,8 +654,12 @@ def main() -> None:
             with_message = started_with_message(Path(tmp) / "data" / "chat.db")
             floor_after = floor(mock_url, args.floor_calls)
             stall_list = read_stalls(stalls, started)
-            timeline_lines = turn_timeline(timeline, results["lone_ends"], statistics.median(
-                floor_before["latency"] + floor_after["latency"])) if args.timeline else []
+            floor_median = statistics.median(floor_before["latency"] + floor_after["latency"])
+            timeline_lines = []
+            if args.timeline:
+                timeline_lines = turn_timeline(timeline, results["lone_ends"], floor_median)
+                if results["paced_ends"]:  # where the paced turns' extra time goes, beside the lone ones'
+                    timeline_lines += [""] + turn_timeline(timeline, results["paced_ends"], floor_median, "paced")
             names = {}
             for pid in results["shares"]:
                 try:
@@ -690,9 +694,10 @@ def main() -> None:
           f"runners {(results['lone_cpu'] - lone_server) * 1000:.1f}) |")
     closed_cpu = results["closed_cpu"] / max(1, len(closed))
     closed_server = results["closed_server_cpu"] / max(1, len(closed))
-    print(f"| CPU per turn, server + runners, {args.sessions} busy sessions (closed loop) | "
-          f"{closed_cpu / floor_cpu:.2f}× | {closed_cpu * 1000:.1f} ms (server {closed_server * 1000:.1f}, "
-          f"runners {(closed_cpu - closed_server) * 1000:.1f}) |")
+    if closed:  # a phase given 0 s (--closed-s 0, --paced-s 0) prints no rows
+        print(f"| CPU per turn, server + runners, {args.sessions} busy sessions (closed loop) | "
+              f"{closed_cpu / floor_cpu:.2f}× | {closed_cpu * 1000:.1f} ms (server {closed_server * 1000:.1f}, "
+              f"runners {(closed_cpu - closed_server) * 1000:.1f}) |")
     print(f"| lone session: added latency p50 / p99 | +{(pct(lone, .5) - floor_lat) * 1000:.1f} / "
           f"+{(pct(lone, .99) - floor_lat) * 1000:.1f} ms | {pct(lone, .5) * 1000:.1f} / {pct(lone, .99) * 1000:.1f} ms |")
     if results["lone_first"] and floor_before["first"]:
@@ -701,17 +706,19 @@ def main() -> None:
               f"+{(pct(first, .5) - floor_first) * 1000:.1f} / +{(pct(first, .99) - floor_first) * 1000:.1f} ms | "
               f"{pct(first, .5) * 1000:.1f} / {pct(first, .99) * 1000:.1f} ms (the floor's "
               f"{floor_first * 1000:.1f} ms) |")
-    print(f"| {args.sessions} sessions paced at {args.rate:.0f} turns/s ({len(paced)} turns): added p50 / p99 | "
-          f"+{(pct(paced, .5) - floor_lat) * 1000:.1f} / +{(pct(paced, .99) - floor_lat) * 1000:.1f} ms | "
-          f"{pct(paced, .5) * 1000:.1f} / {pct(paced, .99) * 1000:.1f} ms |")
-    rate = len(closed) / results["closed_wall"]
-    print(f"| {args.sessions} sessions, closed loop ({len(closed)} turns in {results['closed_wall']:.1f} s, "
-          f"up to {results['max_turns']} turns per session) | "
-          f"{rate:.0f} turns/s | latency p50 {pct(closed, .5) * 1000:.0f} ms, p99 {pct(closed, .99) * 1000:.0f} ms |")
-    shares = sorted(((names[pid], share) for pid, share in results["shares"].items()), key=lambda x: -x[1])
-    parts = [f"{name} {share:.2f}" for name, share in shares if share >= 0.005]
-    parts += [f"mock {results['mock_share']:.2f}", f"load generator {results['loadgen_share']:.2f}"]
-    print(f"| closed loop: share of the cores (1.0 = one core) | | {', '.join(parts)} |")
+    if paced:
+        print(f"| {args.sessions} sessions paced at {args.rate:.0f} turns/s ({len(paced)} turns): added p50 / p99 | "
+              f"+{(pct(paced, .5) - floor_lat) * 1000:.1f} / +{(pct(paced, .99) - floor_lat) * 1000:.1f} ms | "
+              f"{pct(paced, .5) * 1000:.1f} / {pct(paced, .99) * 1000:.1f} ms |")
+    if closed:
+        rate = len(closed) / results["closed_wall"]
+        print(f"| {args.sessions} sessions, closed loop ({len(closed)} turns in {results['closed_wall']:.1f} s, "
+              f"up to {results['max_turns']} turns per session) | {rate:.0f} turns/s | "
+              f"latency p50 {pct(closed, .5) * 1000:.0f} ms, p99 {pct(closed, .99) * 1000:.0f} ms |")
+        shares = sorted(((names[pid], share) for pid, share in results["shares"].items()), key=lambda x: -x[1])
+        parts = [f"{name} {share:.2f}" for name, share in shares if share >= 0.005]
+        parts += [f"mock {results['mock_share']:.2f}", f"load generator {results['loadgen_share']:.2f}"]
+        print(f"| closed loop: share of the cores (1.0 = one core) | | {', '.join(parts)} |")
     started, turns, firsts = with_message
     print(f"| turns whose attempt started in their message's transaction, of those that could (all phases; "
           f"not each session's first, which binds its runner) | {started / max(1, turns - firsts):.0%} | "
@@ -722,7 +729,8 @@ def main() -> None:
         for line in stall_report(stall_list):
             print(f"  {line}")
         print(p99_stalls("lone", lone, results["lone_ends"], stall_list, floor_lat))
-        print(p99_stalls("paced", paced, results["paced_ends"], stall_list, floor_lat))
+        if paced:
+            print(p99_stalls("paced", paced, results["paced_ends"], stall_list, floor_lat))
     if timeline_lines:
         print()
         print("\n".join(timeline_lines))
