@@ -258,6 +258,7 @@ async def open_sessions(url: str, n: int, nursery, http, clients, how: str = "ss
 
     sys.path.insert(0, str(REPO))
     from omnigent.agents import bundle_bytes
+    from omnigent.client._http import KEEPALIVE_EXPIRY  # a session's client keeps its connection as the SDK's
     from omnigent.config.tls import verify_for  # httpx's default CA bundle costs ~50 ms per client
 
     bundle = bundle_bytes(AGENT)
@@ -271,7 +272,7 @@ async def open_sessions(url: str, n: int, nursery, http, clients, how: str = "ss
         ready = trio.Event()
         own = await clients.enter_async_context(httpx.AsyncClient(
             base_url=url, timeout=60, verify=verify_for(url),
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)))
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_EXPIRY)))
         nursery.start_soon(follow, url, sid, sessions, own, ready, how)
         await ready.wait()
 

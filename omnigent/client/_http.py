@@ -17,6 +17,13 @@ from ..config.tls import verify_for
 from ._errors import ProtocolError, connection_error, error_for_status
 
 ORIGIN = "omnigent://internal"  # the server's CSRF guard trusts this sentinel
+# How long an idle connection is kept for the next request: past a person's pause between two
+# prompts (httpx's 5 s made each prompt a new connection, and a TLS handshake to a remote server),
+# and below the server's 75 s (`omnigent.server.connections.KEEP_ALIVE`), so that the client lets
+# go first and never sends a request on a connection the server is closing.
+KEEPALIVE_EXPIRY = 60.0
+# httpx's own default pool, but for the expiry
+_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY)
 
 
 class Transport:
@@ -28,7 +35,8 @@ class Transport:
             merged["Authorization"] = f"Bearer {token}"
         merged.update(headers or {})
         self.http = httpx.AsyncClient(base_url=self.base_url, headers=merged, auth=auth,
-                                      timeout=timeout, verify=verify_for(self.base_url))
+                                      timeout=timeout, verify=verify_for(self.base_url),
+                                      limits=_LIMITS)
 
     async def aclose(self) -> None:
         await self.http.aclose()

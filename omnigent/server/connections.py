@@ -14,7 +14,8 @@ CPU for the timeout alone in a profile.
 
 `Connection` (hypercorn's `TCPServer`) keeps the timeout as one watcher task per
 connection and a deadline it moves:
-- idle: the deadline is `keep_alive_timeout` away; when it passes, or the server
+- idle: the deadline is `keep_alive_timeout` away (`first_request_timeout` for a
+  connection that has not yet sent a request); when it passes, or the server
   stops, the connection closes (as hypercorn's `_idle_timeout`);
 - busy (a request in flight, a websocket open): no deadline; if the server stops
   meanwhile, the response is still finished and h11 then closes the connection
@@ -24,7 +25,8 @@ connection and a deadline it moves:
 It writes without the lock's schedule point when nobody holds it, and skips empty
 writes. `H11` (hypercorn's `H11Protocol`) holds a sized answer's head until its
 first body bytes, so the two go as one write. `Config` formats the Date header
-once a second, not once a response.
+once a second, not once a response, and keeps an answered client's connection
+for `KEEP_ALIVE` (see there).
 
 `install()` puts them where `hypercorn.trio.serve` builds its connections. They
 subclass hypercorn's internals: pyproject.toml pins the minor version they were
@@ -51,6 +53,17 @@ _TCP_SERVER_USES = ("run", "protocol_send", "_idle_timeout", "_read_data", "_ini
 _H11_USES = ("stream_send", "_send_h11_event")
 
 
+# How long a connection that has been answered stays open, idle, for the client's next request.
+# hypercorn's 5 s is shorter than a person's pause between two turns, so every prompt paid a new
+# connection (a TLS handshake too, to a remote server), and it equals httpx's own idle expiry, so
+# a client could reuse a connection just as the server closed it. The SDK's pool
+# (`omnigent.client._http.KEEPALIVE_EXPIRY`, 60 s) lets go first.
+KEEP_ALIVE = 75.0
+# A new connection that has sent no request yet is held as hypercorn held it: a socket that
+# never speaks costs the server a task and a file descriptor, and earns nothing.
+FIRST_REQUEST = 5.0
+
+
 def _fits(cls: type, names: tuple[str, ...]) -> bool:
     return all(callable(getattr(cls, name, None)) for name in names)
 
@@ -58,11 +71,13 @@ def _fits(cls: type, names: tuple[str, ...]) -> bool:
 class _IdleDeadline:
     """hypercorn's `SingleTask` interface, as the deadline of the connection's one watcher.
 
-    `restart` (the connection went idle) moves the deadline `timeout` away and, the first
-    time, starts the watcher; `stop` (a request came in) removes the deadline."""
+    `restart` (the connection went idle) moves the deadline away and, the first time (the
+    connection is new), starts the watcher: `first` then, `timeout` after an answer;
+    `stop` (a request came in) removes the deadline."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, first: float) -> None:
         self.timeout = timeout
+        self.first = first
         self.scope = trio.CancelScope()
         self.ended = False  # reading ended: the connection is done, and the watcher with it
         self._started = False
@@ -72,10 +87,12 @@ class _IdleDeadline:
         return self.scope.deadline == math.inf
 
     async def restart(self, task_group: Any, action: Any) -> None:
-        self.scope.deadline = trio.current_time() + self.timeout
-        if not self._started:
-            self._started = True
-            task_group._nursery.start_soon(action)
+        if self._started:
+            self.scope.deadline = trio.current_time() + self.timeout
+            return
+        self.scope.deadline = trio.current_time() + self.first
+        self._started = True
+        task_group._nursery.start_soon(action)
 
     async def stop(self) -> None:
         self.scope.deadline = math.inf
@@ -97,7 +114,9 @@ def _connection_class() -> type | None:
 
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
-            self._idle = _IdleDeadline(self.config.keep_alive_timeout)
+            config = self.config
+            self._idle = _IdleDeadline(config.keep_alive_timeout,
+                                       getattr(config, "first_request_timeout", config.keep_alive_timeout))
             self.idle_task = self._idle  # type: ignore[assignment]  # hypercorn's run() restarts it
 
         async def protocol_send(self, event: Any) -> None:
@@ -190,10 +209,13 @@ def _sized(headers: Any) -> bool:
 
 class Config(_HypercornConfig):
     """hypercorn's Config, whose Date header is formatted once a second (its resolution), not
-    once a response."""
+    once a response, and whose connections wait `KEEP_ALIVE` for a client's next request
+    (`FIRST_REQUEST` for its first)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.keep_alive_timeout = KEEP_ALIVE
+        self.first_request_timeout = FIRST_REQUEST
         self.include_date_header = False  # response_headers adds it
         self._date = (0, b"")
 

@@ -68,11 +68,12 @@ def _app(server: _Server) -> Callable[..., Any]:
 
 
 @asynccontextmanager
-async def _serving() -> AsyncIterator[_Server]:
+async def _serving(keep_alive: float = KEEP_ALIVE, first_request: float = KEEP_ALIVE) -> AsyncIterator[_Server]:
     assert connections.install()
     config = connections.Config()
     config.bind = ["127.0.0.1:0"]
-    config.keep_alive_timeout = KEEP_ALIVE
+    config.keep_alive_timeout = keep_alive
+    config.first_request_timeout = first_request
     config.graceful_timeout = 30.0
     config.accesslog = None
     server = _Server()
@@ -142,6 +143,30 @@ async def test_keep_alive_serves_requests_in_turn_then_closes_once_idle_for_its_
             await _closed(stream)
         assert trio.current_time() - idle_since >= KEEP_ALIVE * 0.9
         await stream.aclose()
+
+
+async def test_an_answered_connection_waits_longer_for_its_next_request_than_a_new_one_for_its_first() -> None:
+    keep_alive = 4 * KEEP_ALIVE
+    async with _serving(keep_alive=keep_alive, first_request=KEEP_ALIVE) as server:
+        opened = trio.current_time()
+        silent = await trio.open_tcp_stream("127.0.0.1", server.port)
+        answered = await trio.open_tcp_stream("127.0.0.1", server.port)
+        buffer = bytearray()
+        await _request(answered, "/one")
+        with trio.fail_after(5):
+            await _response(answered, buffer)
+        with trio.fail_after(5):
+            await _closed(silent)
+        assert KEEP_ALIVE * 0.9 <= trio.current_time() - opened < keep_alive * 0.9
+        await _request(answered, "/two")  # still open: the silent one's timeout is not its own
+        with trio.fail_after(5):
+            assert (await _response(answered, buffer)).endswith(b"/two")
+        idle_since = trio.current_time()
+        with trio.fail_after(10):
+            await _closed(answered)
+        assert trio.current_time() - idle_since >= keep_alive * 0.9
+        await silent.aclose()
+        await answered.aclose()
 
 
 async def test_a_chunked_answer_arrives_whole() -> None:
