@@ -6,7 +6,9 @@ hypercorn 0.18 spends, on every request of a keep-alive connection:
   `Nursery.start`);
 - a schedule point to take its uncontended send lock, before the send's own;
 - two writes for an answer, its head and its body, and a third, empty one that
-  ends a sized body (still the lock, a shielded scope and a checkpoint).
+  ends a sized body (still the lock, a shielded scope and a checkpoint);
+- a schedule point for each event it queues for the app (a request's body and
+  its end, each websocket message), though the queue has room.
 
 A turn is a post and two server-sent events, and the TurnStart's websocket write:
 these made 13 of a lone turn's 36 task steps in the server (now 23), ~3 % of its
@@ -26,7 +28,9 @@ It writes without the lock's schedule point when nobody holds it, and skips empt
 writes. `H11` (hypercorn's `H11Protocol`) holds a sized answer's head until its
 first body bytes, so the two go as one write. `Config` formats the Date header
 once a second, not once a response, and keeps an answered client's connection
-for `KEEP_ALIVE` (see there).
+for `KEEP_ALIVE` (see there). `AppTaskGroup` (hypercorn's `TaskGroup`) queues an
+event for the app without a schedule point while the queue has room: the reader
+goes on to its next read, and the app takes what is queued when it runs.
 
 `install()` puts them where `hypercorn.trio.serve` builds its connections. They
 subclass hypercorn's internals: pyproject.toml pins the minor version they were
@@ -51,6 +55,7 @@ from hypercorn.config import Config as _HypercornConfig
 # or calls them)
 _TCP_SERVER_USES = ("run", "protocol_send", "_idle_timeout", "_read_data", "_initiate_server_close")
 _H11_USES = ("stream_send", "_send_h11_event")
+_TASK_GROUP_USES = ("spawn_app",)
 
 
 # How long a connection that has been answered stays open, idle, for the client's next request.
@@ -203,6 +208,36 @@ def _h11_class() -> type | None:
     return H11
 
 
+def _task_group_class() -> type | None:
+    from hypercorn.trio.task_group import TaskGroup
+
+    if not _fits(TaskGroup, _TASK_GROUP_USES):
+        return None
+
+    class AppTaskGroup(TaskGroup):  # type: ignore[misc, valid-type]
+        """hypercorn's task group, whose queue to an app takes an event without a schedule point
+        while it has room (a full one still waits, as hypercorn's)."""
+
+        async def spawn_app(self, *args: Any) -> Any:
+            put = await super().spawn_app(*args)
+            channel = getattr(put, "__self__", None)
+            if not isinstance(channel, trio.MemorySendChannel):
+                return put  # not the channel this was written for: hypercorn's own put
+            return _put_nowait_first(channel)
+
+    return AppTaskGroup
+
+
+def _put_nowait_first(channel: trio.MemorySendChannel[Any]) -> Any:
+    async def put(event: Any) -> None:
+        try:
+            channel.send_nowait(event)
+        except trio.WouldBlock:
+            await channel.send(event)
+
+    return put
+
+
 def _sized(headers: Any) -> bool:
     return any(name == b"content-length" for name, _ in headers)
 
@@ -227,18 +262,20 @@ class Config(_HypercornConfig):
 
 
 def install() -> bool:
-    """Have `hypercorn.trio.serve` use `Connection` and `H11` (idempotent). False: a hypercorn
-    whose classes lack what they override or call, which keeps its own."""
+    """Have `hypercorn.trio.serve` use `Connection`, `H11` and `AppTaskGroup` (idempotent). False:
+    a hypercorn whose classes lack what they override or call, which keeps its own."""
     import hypercorn.trio.run as run
 
     if getattr(run.TCPServer, "_omnigent", False):
         return True
-    connection, h11 = _connection_class(), _h11_class()
-    if connection is None or h11 is None:
+    connection, h11, task_group = _connection_class(), _h11_class(), _task_group_class()
+    if connection is None or h11 is None or task_group is None:
         return False
     import hypercorn.protocol as protocols
+    import hypercorn.trio.tcp_server as tcp_server
 
     connection._omnigent = True  # type: ignore[attr-defined]
     run.TCPServer = connection  # type: ignore[misc, assignment]
     protocols.H11Protocol = h11  # type: ignore[misc, assignment]
+    tcp_server.TaskGroup = task_group  # type: ignore[misc, assignment]  # what TCPServer.run opens per connection
     return True

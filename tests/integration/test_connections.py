@@ -234,3 +234,12 @@ def test_a_hypercorn_without_what_they_override_keeps_its_own_classes(monkeypatc
     assert connections._connection_class() is None
     monkeypatch.setattr(connections, "_H11_USES", ("_gone",))
     assert connections._h11_class() is None
+    monkeypatch.setattr(connections, "_TASK_GROUP_USES", ("_gone",))
+    assert connections._task_group_class() is None
+
+
+def test_installed_a_connection_opens_the_task_group_that_queues_without_a_schedule_point() -> None:
+    import hypercorn.trio.tcp_server as tcp_server
+
+    assert connections.install()
+    assert tcp_server.TaskGroup.__name__ == "AppTaskGroup"
