@@ -10,9 +10,9 @@ hypercorn 0.18 spends, on every request of a keep-alive connection:
 - a schedule point for each event it queues for the app (a request's body and
   its end, each websocket message), though the queue has room.
 
-A turn is a post and two server-sent events, and the TurnStart's websocket write:
-these made 13 of a lone turn's 36 task steps in the server (now 23), ~3 % of its
-CPU for the timeout alone in a profile.
+A turn is a post and two server-sent events, the TurnStart's websocket write and
+the runner's answer: these made 17 of a lone turn's 36 task steps in the server
+(now 19), ~3 % of its CPU for the timeout alone in a profile.
 
 `Connection` (hypercorn's `TCPServer`) keeps the timeout as one watcher task per
 connection and a deadline it moves:
