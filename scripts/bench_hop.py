@@ -101,7 +101,7 @@ def _trio_rounds(n: int, gap: float) -> dict[str, list[float]]:
             await stream.aclose()
         finally:
             await listeners[0].aclose()
-            child.wait(timeout=10)
+            _reap(child)
         return rounds
 
     return trio.run(run)
@@ -119,6 +119,15 @@ def _trips(conn: socket.socket, n: int, gap: float) -> list[float]:
             got += len(conn.recv(4096))
         out.append(time.perf_counter() - started)
     return out
+
+
+def _reap(child: subprocess.Popen[bytes]) -> None:
+    """The echo child ends when its connection closes; killed if it has not (a failed run)."""
+    try:
+        child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -154,7 +163,7 @@ def main() -> None:
         conn.close()
     finally:
         listener.close()
-        child.wait(timeout=10)
+        _reap(child)
     rounds.update(_trio_rounds(args.trips, args.gap_ms / 1000))
     print(f"machine: {_machine()}")
     print(f"floor (python -c 'import openai, trio'): {floor * 1000:.0f} ms median of 3")
