@@ -12,7 +12,8 @@ run's value in its second column, this checkout's first, then the median of each
 For `bench_sessions.py` a CPU row also gives the server's CPU over its runners' (its
 "(server X, runners Y)"): the runners run the same code on both sides in a comparison
 of server changes, so that ratio cancels the machine's drift, which ratios to a floor
-timed in another process do not.
+timed in another process do not. Both absolutes follow it, so that a ratio that fell
+because the runners' CPU rose is seen.
 
 Prints figures; asserts nothing.
 
@@ -89,6 +90,8 @@ def main() -> None:
                     if split:
                         server, runners = float(split.group(1)), float(split.group(2))
                         values[f"{what}: the server's CPU over its runners'"][side].append(f"{server / runners:.2f}")
+                        # and both in ms: a ratio that fell because the runners' CPU rose shows here
+                        values[f"{what}: the server's / its runners' ms"][side].append(f"{server:g} / {runners:g}")
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)
         shutil.rmtree(worktree, ignore_errors=True)
