@@ -46,11 +46,14 @@ async def _next_of(stream, kind: str) -> dict:
     raise RuntimeError(f"stream ended before {kind}")
 
 
-async def all_online(client, n: int) -> None:
-    """Until `n` runners are online (a replacement or spare starts in ~1 s on the 2-core machine)."""
+async def settled(client, n: int) -> None:
+    """Before the next kill: `n` runners online again (a replacement or spare starts in ~1 s on the
+    2-core machine; a pause alone was shorter than that on a slow day, and a kill then found no
+    spare), and then up for longer than the policy's `reset_after`, so the kill is a lone incident."""
     with trio.fail_after(30):
         while len(await client.list_runners()) < n:
             await trio.sleep(0.01)
+    await trio.sleep(1.0)
 
 
 def measure(spares: int, rounds: int, mock_url: str) -> dict[str, list[float]]:
@@ -76,10 +79,7 @@ def measure(spares: int, rounds: int, mock_url: str) -> dict[str, list[float]]:
                 new = (await client.runner_status(rebound["new_runner_id"]))["online"]
                 figures["idle"].append(trio.current_time() - t0)
                 assert new
-            # every slot online again (the spare replaced) before the next kill: the pause alone
-            # was shorter than a runner's start on a slow day, and a kill then found no spare
-            await all_online(client, 1 + spares)
-            await trio.sleep(1.0)  # then up for longer than the policy's reset_after: a lone incident
+            await settled(client, 1 + spares)
             # mid-turn kill -> answer shown
             httpx.post(f"{mock_url}/mock/configure",
                        json={"responses": [{"block": True, "text": "lost"}, {"text": "recovered"}]})
@@ -96,8 +96,7 @@ def measure(spares: int, rounds: int, mock_url: str) -> dict[str, list[float]]:
                 figures["midturn"].append(trio.current_time() - t0)
                 assert done["turn_id"] == posted["turn_id"]
             httpx.post(f"{mock_url}/gate/release", json={})
-            await all_online(client, 1 + spares)
-            await trio.sleep(1.0)
+            await settled(client, 1 + spares)
         await trio.sleep(1.5)  # every slot refilled and warm
         runner_pids = [r["pid"] for r in await client.list_runners()]
         figures["runner_pss"].append(sum(pss_kib(p) for p in runner_pids) / 1024)
