@@ -24,6 +24,7 @@ no openai, so the CLI's check costs nothing.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -102,6 +103,13 @@ class GaveUp(Exception):
         self.note = note
 
 
+@functools.cache
+def _jitter() -> random.Random:
+    """The process's generator for backoff jitter, made at its first retry: seeding one (from
+    os.urandom) for every model call was ~3 % of a runner's CPU a turn, for a retry that is rare."""
+    return random.Random()
+
+
 async def call_with_retries(
     call: Callable[[], Awaitable[T]],
     policy: RetryPolicy,
@@ -117,7 +125,6 @@ async def call_with_retries(
     propagates unchanged. A transient error that is not retried any more
     (attempts or window used up) raises `GaveUp` with a note for the user.
     """
-    rng = rng or random.Random()
     start = trio.current_time()
     attempt = 1
     while True:
@@ -138,7 +145,7 @@ async def call_with_retries(
                     raise GaveUp(exc, f"the server asked to retry after {delay:g} s, beyond the "
                                       f"{policy.window:g} s retry window") from exc
             else:
-                delay = policy.backoff(attempt, rng)
+                delay = policy.backoff(attempt, rng or _jitter())
                 if remaining <= 0:
                     raise GaveUp(exc, f"gave up after {attempt} attempts in the {policy.window:g} s "
                                       f"retry window") from exc
