@@ -22,6 +22,7 @@ Needs `ItemsMixin` (for `_insert_items`) in the same `Store`.
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ TOOL_STATUSES = ("completed", "error", "timeout", "refused", "interrupted", "can
 _TOOL_ANSWERED = frozenset({"completed", "error", "timeout", "refused"})
 # how a model step ends without output (end_step)
 MODEL_END_STATUSES = ("failed", "cancelled", "interrupted", "not_run")
-_UNDER_WAY = ("running", "waiting")
+_UNDER_WAY_SQL = "('running', 'waiting')"  # a step's statuses before it ends
 _SELECT = f"SELECT {', '.join(STEP_COLUMNS)} FROM turn_steps"
 _RETURNING = f" RETURNING {', '.join(STEP_COLUMNS)}"
 
@@ -75,11 +76,14 @@ class StepsMixin(Tables):
         if kind not in STEP_KINDS:
             raise ValueError(f"step kind must be one of {STEP_KINDS}, not {kind!r}")
         with self._write():
-            self._require_conversation(conv_id)
-            inserted = self._written(  # the new row as written (a step that exists: none)
-                """INSERT OR IGNORE INTO turn_steps (turn_id, step, conversation_id, kind, status, call_id, tool,
-                       arguments, attempt, started_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)""" + _RETURNING,
-                [turn_id, step, conv_id, kind, call_id, tool, arguments, attempt, self._clock()])
+            try:
+                inserted = self._written(  # the new row as written (a step that exists: none)
+                    """INSERT OR IGNORE INTO turn_steps (turn_id, step, conversation_id, kind, status, call_id,
+                           tool, arguments, attempt, started_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)"""
+                    + _RETURNING, [turn_id, step, conv_id, kind, call_id, tool, arguments, attempt, self._clock()])
+            except sqlite3.IntegrityError:  # a foreign key: say so when it is the conversation that is missing
+                self._require_conversation(conv_id)
+                raise
             if inserted is None and not self._stored(turn_id, step):
                 self.db.execute(
                     """UPDATE turn_steps SET attempt = ?, error = NULL, ended_at = NULL, started_at = ?,
@@ -99,18 +103,6 @@ class StepsMixin(Tables):
             """SELECT (kind = 'model' AND status = 'completed') OR (kind = 'tool' AND ended_at IS NOT NULL)
                FROM turn_steps WHERE turn_id = ? AND step = ?""", [turn_id, step]))
 
-    def _claim_step(self, conv_id: str, turn_id: str, step: int, kind: str, call_id: str | None) -> bool:
-        # Caller holds the write transaction. True if the step is (now) under way and so may be
-        # finished here; a step never begun is begun first (a call stored not_run, say).
-        # read first: the step was begun (`begin_step`) on every way but that one, so one statement
-        status = self._scalar("SELECT status FROM turn_steps WHERE turn_id = ? AND step = ?", [turn_id, step])
-        if status is None:
-            self.db.execute(
-                """INSERT INTO turn_steps (turn_id, step, conversation_id, kind, status, call_id, started_at)
-                   VALUES (?, ?, ?, ?, 'running', ?, ?)""", [turn_id, step, conv_id, kind, call_id, self._clock()])
-            return True
-        return status in _UNDER_WAY
-
     def finish_model_step(self, conv_id: str, turn_id: str, step: int, items: list[dict],
                           response_id: str | None, usage: dict | None) -> bool:
         """Once: the step 'completed', its items appended, its usage added to the turn's.
@@ -124,24 +116,52 @@ class StepsMixin(Tables):
         """`finish_model_step`, saying what it wrote (None: nothing, the step had ended): the agent
         loop ends most turns in the same transaction, and need not read any of it back."""
         with self._write():
-            self._require_conversation(conv_id)
-            if not self._claim_step(conv_id, turn_id, step, "model", None):
+            if not self._end_step(conv_id, turn_id, step, "model", None, "status = 'completed', usage = ?, error = NULL",
+                                  [json.dumps(usage) if usage else None]):
                 return None
             first, stored = None, []
             if items:
                 first = self._next_output_index(conv_id, turn_id)
                 stored = self._insert_items(conv_id, list(items), turn_id=turn_id, response_id=response_id,
                                             status=None, output_indexed=True, first_index=first)
-            self.db.execute(
-                """UPDATE turn_steps SET status = 'completed', usage = ?, error = NULL, ended_at = ?
-                   WHERE turn_id = ? AND step = ?""",
-                [json.dumps(usage) if usage else None, self._clock(), turn_id, step])
-            current = self._scalar("SELECT usage FROM turns WHERE id = ?", [turn_id])
-            total = json.loads(current) if current else None
-            if usage:
-                total = add_usage(total or {}, usage)
-                self.db.execute("UPDATE turns SET usage = ? WHERE id = ?", [json.dumps(total), turn_id])
+            total = self._add_turn_usage(turn_id, step, usage)
         return FinishedStep(stored, first, total)
+
+    def _end_step(self, conv_id: str, turn_id: str, step: int, kind: str, call_id: str | None,
+                  assignments: str, values: list[Any]) -> bool:
+        # Caller holds the write transaction. The step's row set to its end (`assignments`, and
+        # `ended_at`) where it is under way; False, and nothing written, where it had ended.
+        # The usual way is this one statement: the step was begun (`begin_step`), and its row says
+        # the session exists. Otherwise the session is checked, and a step never begun (a call
+        # stored not_run, say) is begun first.
+        sql = (f"UPDATE turn_steps SET {assignments}, ended_at = ? WHERE turn_id = ? AND step = ?"
+               f" AND status IN {_UNDER_WAY_SQL}")
+        if self.conn.execute(sql, [*values, self._clock(), turn_id, step]).rowcount:
+            return True
+        self._require_conversation(conv_id)
+        if self._scalar("SELECT 1 FROM turn_steps WHERE turn_id = ? AND step = ?", [turn_id, step]):
+            return False  # ended already
+        self.db.execute(
+            """INSERT INTO turn_steps (turn_id, step, conversation_id, kind, status, call_id, started_at)
+               VALUES (?, ?, ?, ?, 'running', ?, ?)""", [turn_id, step, conv_id, kind, call_id, self._clock()])
+        self.conn.execute(sql, [*values, self._clock(), turn_id, step])
+        return True
+
+    def _add_turn_usage(self, turn_id: str, step: int, usage: dict | None) -> dict | None:
+        # caller holds the write transaction: the turn's usage with this step's added; returns the sum.
+        # A turn's first step finds none stored yet (only a completed model step adds any): one
+        # statement then, where reading the sum first took two.
+        if usage and step == 0:
+            first = add_usage({}, usage)
+            if self.conn.execute("UPDATE turns SET usage = ? WHERE id = ? AND usage IS NULL",
+                                 [json.dumps(first), turn_id]).rowcount:
+                return first
+        current = self._scalar("SELECT usage FROM turns WHERE id = ?", [turn_id])
+        total = json.loads(current) if current else None
+        if usage:
+            total = add_usage(total or {}, usage)
+            self.db.execute("UPDATE turns SET usage = ? WHERE id = ?", [json.dumps(total), turn_id])
+        return total
 
     def finish_tool_step(self, conv_id: str, turn_id: str, step: int, call_id: str, output: str,
                          status: str) -> bool:
@@ -159,16 +179,13 @@ class StepsMixin(Tables):
             raise TypeError(f"a tool's output must be a str, not {type(output).__name__}")
         stored_status = "completed" if status in _TOOL_ANSWERED else status
         with self._write():
-            self._require_conversation(conv_id)
-            if not self._claim_step(conv_id, turn_id, step, "tool", call_id):
+            if not self._end_step(conv_id, turn_id, step, "tool", call_id,
+                                  "status = ?, error = ?, call_id = COALESCE(call_id, ?)",
+                                  [stored_status, None if status == "completed" else status, call_id]):
                 return False
             item = {"type": "function_call_output", "call_id": call_id, "output": output}
             self._insert_items(conv_id, [item], turn_id=turn_id, response_id=None, status=stored_status,
                                output_indexed=True, first_index=self._next_output_index(conv_id, turn_id))
-            self.db.execute(
-                """UPDATE turn_steps SET status = ?, error = ?, ended_at = ?,
-                       call_id = COALESCE(call_id, ?) WHERE turn_id = ? AND step = ?""",
-                [stored_status, None if status == "completed" else status, self._clock(), call_id, turn_id, step])
         return True
 
     def end_step(self, turn_id: str, step: int, status: str, error: str | None = None) -> bool:
@@ -180,8 +197,8 @@ class StepsMixin(Tables):
             raise ValueError(f"a step ends with end_step as one of {MODEL_END_STATUSES}, not {status!r}")
         with self._write():
             return bool(self.db.execute(
-                """UPDATE turn_steps SET status = ?, error = ?, ended_at = ?
-                   WHERE turn_id = ? AND step = ? AND status IN ('running', 'waiting')""",
+                f"""UPDATE turn_steps SET status = ?, error = ?, ended_at = ?
+                    WHERE turn_id = ? AND step = ? AND status IN {_UNDER_WAY_SQL}""",
                 [status, error, self._clock(), turn_id, step]).rowcount)
 
     def set_step_waiting(self, turn_id: str, step: int, waiting: bool) -> bool:

@@ -310,3 +310,43 @@ def test_a_step_begun_waiting_is_begun_and_set_waiting_in_one_transaction(store:
     assert store.set_step_waiting(tid, 0, False) is True  # dispatched: running
     # dispatched again after its runner was lost: waiting again until it is
     assert store.begin_step(cid, tid, 0, "tool", call_id="c1", attempt=2, waiting=True)["status"] == "waiting"
+
+
+def test_a_model_step_finished_unbegun_or_ended_or_in_a_missing_session(store: Store, turn: dict):
+    """The usual finish is one update of a step under way; every other case takes the checks it took
+    before: a step never begun is begun and completed, an ended one is left as it is, and a missing
+    session is NotFoundError with nothing written."""
+    cid, tid = turn["conversation_id"], turn["id"]
+    done = store.complete_model_step(cid, tid, 0, [text("never begun")], "resp_0", USAGE)
+    assert done is not None and done.first_index == 0 and done.turn_usage == USAGE
+    step = store.get_step(tid, 0)
+    assert (step["kind"], step["status"], step["usage"]) == ("model", "completed", USAGE)
+    store.begin_step(cid, tid, 1, "model")
+    store.end_step(tid, 1, "failed", "model error")
+    assert store.complete_model_step(cid, tid, 1, [text("too late")], None, USAGE) is None
+    assert store.get_step(tid, 1)["status"] == "failed"
+    assert store.get_turn(tid)["usage"] == USAGE
+    with pytest.raises(NotFoundError):
+        store.complete_model_step("conv_missing", tid, 2, [text("x")], None, USAGE)
+    assert store.get_step(tid, 2) is None and store.count_items(cid) == 2
+
+
+def test_a_first_step_adds_to_usage_the_turn_holds_already(store: Store, turn: dict):
+    """Step 0 normally finds the turn's usage empty and sets it in one statement; usage the row holds
+    already (as a row of an older release may) is added to, not replaced."""
+    cid, tid = turn["conversation_id"], turn["id"]
+    store.conn.execute("UPDATE turns SET usage = ? WHERE id = ?", ['{"input_tokens": 1, "output_tokens": 2}', tid])
+    store.conn.commit()
+    store.begin_step(cid, tid, 0, "model")
+    done = store.complete_model_step(cid, tid, 0, [text("hi")], None, {"input_tokens": 10, "output_tokens": 5})
+    assert done is not None and done.turn_usage == {"input_tokens": 11, "output_tokens": 7}
+    assert store.get_turn(tid)["usage"] == done.turn_usage
+
+
+def test_begin_step_in_a_missing_session_writes_nothing(store: Store, turn: dict):
+    """The session is checked once its step's insert has failed on the foreign key: NotFoundError,
+    and nothing written, as when it was checked first."""
+    with pytest.raises(NotFoundError):
+        store.begin_step("conv_missing", turn["id"], 0, "model")
+    assert store.steps(turn["id"]) == []
+    assert store.begin_step(turn["conversation_id"], turn["id"], 0, "model")["status"] == "running"
