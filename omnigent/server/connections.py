@@ -8,11 +8,14 @@ hypercorn 0.18 spends, on every request of a keep-alive connection:
 - two writes for an answer, its head and its body, and a third, empty one that
   ends a sized body (still the lock, a shielded scope and a checkpoint);
 - a schedule point for each event it queues for the app (a request's body and
-  its end, each websocket message), though the queue has room.
+  its end, each websocket message), though the queue has room, and one for each
+  the app takes, though one is queued;
+- a schedule point after every write (trio's `send_all` yields after a send that
+  the socket took whole).
 
 A turn is a post and two server-sent events, the TurnStart's websocket write and
 the runner's answer: these made 17 of a lone turn's 36 task steps in the server
-(now 19), ~3 % of its CPU for the timeout alone in a profile.
+(a lone turn now takes 13 in all), ~3 % of its CPU for the timeout alone in a profile.
 
 `Connection` (hypercorn's `TCPServer`) keeps the timeout as one watcher task per
 connection and a deadline it moves:
@@ -24,13 +27,18 @@ connection and a deadline it moves:
   (its `_maybe_recycle` sees the server terminated);
 - once the client has gone (reading ended), the watcher ends with it, so the
   connection's task group never waits on it.
-It writes without the lock's schedule point when nobody holds it, and skips empty
-writes. `H11` (hypercorn's `H11Protocol`) holds a sized answer's head until its
+It writes without the lock's schedule point when nobody holds it, skips empty
+writes, and writes what the socket takes at once without trio's schedule point
+after it, at most once a millisecond (`DIRECT_WRITE_EVERY`): a loop of writes with
+no schedule point of its own still yields at each after its first.
+
+`H11` (hypercorn's `H11Protocol`) holds a sized answer's head until its
 first body bytes, so the two go as one write. `Config` formats the Date header
 once a second, not once a response, and keeps an answered client's connection
 for `KEEP_ALIVE` (see there). `AppTaskGroup` (hypercorn's `TaskGroup`) queues an
-event for the app without a schedule point while the queue has room: the reader
-goes on to its next read, and the app takes what is queued when it runs.
+event for the app without a schedule point while the queue has room, and the app
+takes one that is queued without one: the reader goes on to its next read, and
+the app reads a request's body as soon as it runs.
 
 `install()` puts them where `hypercorn.trio.serve` builds its connections. They
 subclass hypercorn's internals: pyproject.toml pins the minor version they were
@@ -41,6 +49,7 @@ keeps its own.
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any
 from wsgiref.handlers import format_date_time
@@ -67,6 +76,12 @@ KEEP_ALIVE = 75.0
 # A new connection that has sent no request yet is held as hypercorn held it: a socket that
 # never speaks costs the server a task and a file descriptor, and earns nothing.
 FIRST_REQUEST = 5.0
+
+
+# A connection writes to its socket without a schedule point at most once in this many seconds
+# (`Connection._write_now`): a turn's writes to one connection (a post's answer, a step, the
+# stream's events) are milliseconds apart, a loop's are not.
+DIRECT_WRITE_EVERY = 0.001
 
 
 def _fits(cls: type, names: tuple[str, ...]) -> bool:
@@ -123,6 +138,9 @@ def _connection_class() -> type | None:
             self._idle = _IdleDeadline(config.keep_alive_timeout,
                                        getattr(config, "first_request_timeout", config.keep_alive_timeout))
             self.idle_task = self._idle  # type: ignore[assignment]  # hypercorn's run() restarts it
+            # a plain TCP stream (not TLS) can be written to directly (`_write_now`)
+            self._socket = self.stream.socket if isinstance(self.stream, trio.SocketStream) else None
+            self._direct_after = -math.inf  # `_write_now` writes again once the clock is past this
 
         async def protocol_send(self, event: Any) -> None:
             if type(event) is not RawData:
@@ -137,12 +155,39 @@ def _connection_class() -> type | None:
             except trio.WouldBlock:
                 await self.send_lock.acquire()
             try:
-                with trio.CancelScope(shield=True):
-                    await self.stream.send_all(event.data)
+                data = event.data
+                written = self._write_now(data)
+                if written < len(data):
+                    with trio.CancelScope(shield=True):
+                        await self.stream.send_all(memoryview(data)[written:])
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.protocol.handle(Closed())
             finally:
                 self.send_lock.release()
+
+        def _write_now(self, data: bytes) -> int:
+            """Write what the socket takes at once, without trio's schedule point after a send;
+            returns how much (0: none, `send_all` writes it all). The caller holds the send lock.
+
+            At most once per `DIRECT_WRITE_EVERY` per connection: a route that writes in a loop
+            with no other schedule point (an SSE replay of a long log) still yields at each
+            write after its first, as every write did."""
+            if self._socket is None:
+                return 0
+            now = trio.current_time()
+            if now < self._direct_after:
+                return 0
+            fd = self._socket.fileno()
+            if fd < 0:
+                return 0  # closed: send_all says so
+            try:
+                written = os.write(fd, data)  # nonblocking, as trio keeps every socket
+            except BlockingIOError:
+                return 0
+            except OSError as exc:  # the peer is gone: as send_all would say it
+                raise trio.BrokenResourceError(f"socket write failed: {exc}") from exc
+            self._direct_after = now + DIRECT_WRITE_EVERY
+            return written
 
         async def _idle_timeout(self) -> None:
             idle = self._idle
@@ -209,21 +254,26 @@ def _h11_class() -> type | None:
 
 
 def _task_group_class() -> type | None:
+    from hypercorn.trio import task_group
     from hypercorn.trio.task_group import TaskGroup
 
-    if not _fits(TaskGroup, _TASK_GROUP_USES):
+    handle: Any = getattr(task_group, "_handle", None)  # the app's task, which spawn_app starts
+    if not _fits(TaskGroup, _TASK_GROUP_USES) or not callable(handle):
         return None
 
     class AppTaskGroup(TaskGroup):  # type: ignore[misc, valid-type]
-        """hypercorn's task group, whose queue to an app takes an event without a schedule point
-        while it has room (a full one still waits, as hypercorn's)."""
+        """hypercorn's task group, whose queue between a connection and its app passes an event
+        without a schedule point on either side while it can (a full queue still makes the
+        reader wait, and an empty one the app, as hypercorn's)."""
 
-        async def spawn_app(self, *args: Any) -> Any:
-            put = await super().spawn_app(*args)
-            channel = getattr(put, "__self__", None)
-            if not isinstance(channel, trio.MemorySendChannel):
-                return put  # not the channel this was written for: hypercorn's own put
-            return _put_nowait_first(channel)
+        async def spawn_app(self, app: Any, config: Any, scope: Any, send: Any) -> Any:
+            # hypercorn's spawn_app, with each end of its channel wrapped
+            to_app, from_server = trio.open_memory_channel[Any](config.max_app_queue_size)
+            nursery = self._nursery  # set by the group's __aenter__
+            assert nursery is not None
+            nursery.start_soon(handle, app, config, scope, _receive_nowait_first(from_server), send,
+                               trio.to_thread.run_sync, trio.from_thread.run)
+            return _put_nowait_first(to_app)
 
     return AppTaskGroup
 
@@ -236,6 +286,17 @@ def _put_nowait_first(channel: trio.MemorySendChannel[Any]) -> Any:
             await channel.send(event)
 
     return put
+
+
+def _receive_nowait_first(channel: trio.MemoryReceiveChannel[Any]) -> Any:
+    async def receive() -> Any:
+        await trio.lowlevel.checkpoint_if_cancelled()  # as `receive`, a cancelled app stops here
+        try:
+            return channel.receive_nowait()
+        except trio.WouldBlock:
+            return await channel.receive()
+
+    return receive
 
 
 def _sized(headers: Any) -> bool:

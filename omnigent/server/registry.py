@@ -73,7 +73,14 @@ class RunnerConn:
             await self._beat.wait()
 
     async def send(self, frame: Frame) -> None:
-        await self.outbox.send(frame)
+        """Queue `frame` for the link's writer: as `outbox.send`, without its schedule point while
+        the outbox has room (a TurnStart is the worker's last act before it waits for the answer,
+        and that yield was a task step of every turn); a full outbox still waits."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            self.outbox.send_nowait(frame)
+        except trio.WouldBlock:
+            await self.outbox.send(frame)
 
     def open_turn(self, turn_id: str) -> trio.MemoryReceiveChannel[Any]:
         send, recv = trio.open_memory_channel[Any](math.inf)

@@ -69,3 +69,42 @@ async def test_a_full_queue_makes_the_reader_wait_until_the_app_takes_an_event(a
         with trio.fail_after(5):
             await put(3)
     assert got == [1, 2, 3]
+
+
+async def test_the_app_takes_a_queued_event_without_a_schedule_point_and_waits_on_an_empty_queue(
+        autojump_clock: Any) -> None:
+    """The other end: a request's body already queued is read at once (each yield there was a task
+    step of every post); an empty queue still waits, and a cancelled app still stops at its receive."""
+    seen: list[Any] = []
+    cancelled: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any, *_: Any) -> None:
+        ran: list[bool] = []
+
+        async def witness() -> None:
+            ran.append(True)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(witness)  # runnable now: it runs at the app's first yield
+            seen.append(await receive())
+            seen.append(await receive())
+            cancelled.append(bool(ran))  # False: the app did not yield to take them
+        with trio.move_on_after(1) as waited:
+            seen.append(await receive())  # nothing queued: it waits
+        cancelled.append(waited.cancelled_caught)
+        with trio.CancelScope() as scope_:
+            scope_.cancel()
+            seen.append(await receive())  # queued by now, but the app was cancelled
+        cancelled.append(scope_.cancelled_caught)
+
+    async def app_send(message: Any) -> None:
+        pass
+
+    async with AppTaskGroup() as group:
+        put = await group.spawn_app(app, _Config(), {"type": "http"}, app_send)
+        await put("body")
+        await put("end")
+        await trio.sleep(2)  # past the app's wait for a third
+        await put("late")
+    assert seen == ["body", "end"]
+    assert cancelled == [False, True, True]
