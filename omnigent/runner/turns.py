@@ -40,6 +40,7 @@ import trio
 from protocol import ITEMS_IN_COMPLETED, Frame, HistoryMiss, ToolResult, ToolStart, TurnCompleted, TurnFailed, TurnStart
 from protocol.history import HISTORY_CACHE
 
+from .. import channels
 from ._log import log, one_line
 from .history_cache import HistoryCache
 from .tool_steps import cancelled_result, crashed_result
@@ -193,7 +194,7 @@ class Turns:
                     + (f" (exit code {terminal.exit_code})" if terminal.exit_code is not None else ""))
             else:
                 log(f"turn {start.turn_id} step {start.step} completed after {elapsed:.2f} s")
-            await self._outbox.send((terminal, turn))
+            await channels.send(self._outbox, (terminal, turn))  # no schedule point while it has room
         finally:
             if self._running.get(start.turn_id) is turn:
                 del self._running[start.turn_id]
@@ -201,7 +202,7 @@ class Turns:
 
     async def _guarded(self, start: Start, turn: _Turn) -> Frame:
         async def emit(frame: Frame) -> None:
-            await self._outbox.send((frame, turn))
+            await channels.send(self._outbox, (frame, turn))
 
         try:
             return await self._execute(start, emit, turn.captured)

@@ -48,6 +48,7 @@ keeps its own.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -56,6 +57,8 @@ from wsgiref.handlers import format_date_time
 
 import trio
 from hypercorn.config import Config as _HypercornConfig
+
+from .. import channels
 
 # what the subclasses below override or call of hypercorn 0.18's classes: a hypercorn without
 # all of them is not the one they were written for (pyproject.toml pins the minor; asking the
@@ -279,24 +282,11 @@ def _task_group_class() -> type | None:
 
 
 def _put_nowait_first(channel: trio.MemorySendChannel[Any]) -> Any:
-    async def put(event: Any) -> None:
-        try:
-            channel.send_nowait(event)
-        except trio.WouldBlock:
-            await channel.send(event)
-
-    return put
+    return functools.partial(channels.send, channel)
 
 
 def _receive_nowait_first(channel: trio.MemoryReceiveChannel[Any]) -> Any:
-    async def receive() -> Any:
-        await trio.lowlevel.checkpoint_if_cancelled()  # as `receive`, a cancelled app stops here
-        try:
-            return channel.receive_nowait()
-        except trio.WouldBlock:
-            return await channel.receive()
-
-    return receive
+    return functools.partial(channels.receive, channel)
 
 
 def _sized(headers: Any) -> bool:

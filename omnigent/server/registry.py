@@ -36,6 +36,7 @@ import trio
 
 from protocol import Frame
 
+from .. import channels
 from ..link.memory import LinkEnd
 
 LOCAL_HOST = "host_local"  # the in-process host of `omnigent run` / `omnigent server --runners N`
@@ -76,11 +77,7 @@ class RunnerConn:
         """Queue `frame` for the link's writer: as `outbox.send`, without its schedule point while
         the outbox has room (a TurnStart is the worker's last act before it waits for the answer,
         and that yield was a task step of every turn); a full outbox still waits."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            self.outbox.send_nowait(frame)
-        except trio.WouldBlock:
-            await self.outbox.send(frame)
+        await channels.send(self.outbox, frame)
 
     def open_turn(self, turn_id: str) -> trio.MemoryReceiveChannel[Any]:
         send, recv = trio.open_memory_channel[Any](math.inf)
