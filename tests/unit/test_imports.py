@@ -179,9 +179,10 @@ def test_the_runner_imports_no_server_side():
 
 
 def test_lower_layers_do_not_import_upper_ones():
-    # configuration and the link are the bottom; the tree and the CLI the top
+    # configuration, the channel helpers and the link are the bottom; the tree and the CLI the top
     below = {
         "omnigent.config": (),
+        "omnigent.channels": (),
         "omnigent.link": ("omnigent.config",),
         # the SDK: of omnigent, only the plain-HTTP TLS context (and its empty package's __init__)
         "omnigent.client": ("omnigent.config.tls",),
