@@ -194,7 +194,7 @@ class Turns:
                     + (f" (exit code {terminal.exit_code})" if terminal.exit_code is not None else ""))
             else:
                 log(f"turn {start.turn_id} step {start.step} completed after {elapsed:.2f} s")
-            await channels.send(self._outbox, (terminal, turn))  # no schedule point while it has room
+            await channels.send(self._outbox, (terminal, turn))
         finally:
             if self._running.get(start.turn_id) is turn:
                 del self._running[start.turn_id]

@@ -274,19 +274,11 @@ def _task_group_class() -> type | None:
             to_app, from_server = trio.open_memory_channel[Any](config.max_app_queue_size)
             nursery = self._nursery  # set by the group's __aenter__
             assert nursery is not None
-            nursery.start_soon(handle, app, config, scope, _receive_nowait_first(from_server), send,
-                               trio.to_thread.run_sync, trio.from_thread.run)
-            return _put_nowait_first(to_app)
+            nursery.start_soon(handle, app, config, scope, functools.partial(channels.receive, from_server),
+                               send, trio.to_thread.run_sync, trio.from_thread.run)
+            return functools.partial(channels.send, to_app)
 
     return AppTaskGroup
-
-
-def _put_nowait_first(channel: trio.MemorySendChannel[Any]) -> Any:
-    return functools.partial(channels.send, channel)
-
-
-def _receive_nowait_first(channel: trio.MemoryReceiveChannel[Any]) -> Any:
-    return functools.partial(channels.receive, channel)
 
 
 def _sized(headers: Any) -> bool:
