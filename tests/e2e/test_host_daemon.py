@@ -250,6 +250,9 @@ def test_two_clients_on_one_daemon_each_reach_their_own_model(server, home, mock
 
 def test_workspace_not_allowed_is_403(server, home, mock_credentials_env, tmp_path):
     info = _ensure(server, home, _env(mock_credentials_env, home))
+    # a started daemon answers before its link to the server is up (as `--server` does, wait for it):
+    # a post before that is 409 host_offline, which a loaded machine showed in CI
+    assert trio.run(info.wait_online)
     allowed = tmp_path / "allowed"
     allowed.mkdir()
     trio.run(info.allow_workspace, allowed)
