@@ -202,3 +202,49 @@ async def test_a_bad_setting_fails_the_turn_with_that_line(scripted):
     script, pool = scripted()
     result, _ = await run(pool, {**ENV, "OMNIGENT_MODEL_ATTEMPTS": "x"})
     assert result.code == "config_error" and "OMNIGENT_MODEL_ATTEMPTS" in result.message
+
+
+async def test_the_jitter_generator_is_made_at_the_first_retry_and_only_once(autojump_clock, monkeypatch):
+    """Seeding a generator (from os.urandom) for every model call was ~3 % of a runner's CPU a turn:
+    a call that succeeds makes none, and retries share one per process."""
+    made: list[random.Random] = []
+
+    class Counted(random.Random):
+        def __init__(self) -> None:
+            super().__init__(0)
+            made.append(self)
+
+    monkeypatch.setattr(retry.random, "Random", Counted)
+    retry._jitter.cache_clear()
+    try:
+        policy = retry.RetryPolicy(attempts=3, window=60.0)
+
+        async def notify(step: Any) -> None:
+            pass
+
+        def transient(exc: BaseException) -> retry.Transient:
+            return retry.Transient("busy")
+
+        async def ok() -> str:
+            return "answer"
+
+        for _ in range(3):
+            assert await retry.call_with_retries(ok, policy, classify=transient, output_started=lambda: False,
+                                                 notify=notify) == "answer"
+        assert made == []
+        calls = 0
+
+        async def every_other_busy() -> str:  # each run below: busy once, then the answer
+            nonlocal calls
+            calls += 1
+            if calls % 2:
+                raise RuntimeError("busy")
+            return "answer"
+
+        for _ in range(2):
+            assert await retry.call_with_retries(every_other_busy, policy, classify=transient,
+                                                 output_started=lambda: False, notify=notify) == "answer"
+        assert calls == 4
+        assert len(made) == 1
+    finally:
+        retry._jitter.cache_clear()
