@@ -86,9 +86,9 @@ class StepsMixin(Tables):
                 raise
             if inserted is None and not self._stored(turn_id, step):
                 self.db.execute(
-                    """UPDATE turn_steps SET attempt = ?, error = NULL, ended_at = NULL, started_at = ?,
-                           status = CASE WHEN status IN ('running', 'waiting') THEN status ELSE 'running' END
-                       WHERE turn_id = ? AND step = ? AND attempt < ?""",
+                    f"""UPDATE turn_steps SET attempt = ?, error = NULL, ended_at = NULL, started_at = ?,
+                            status = CASE WHEN status IN {_UNDER_WAY_SQL} THEN status ELSE 'running' END
+                        WHERE turn_id = ? AND step = ? AND attempt < ?""",
                     [attempt, self._clock(), turn_id, step, attempt])
             if waiting:
                 self._set_waiting(turn_id, step, True)
