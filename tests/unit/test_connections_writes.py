@@ -9,6 +9,7 @@ the server.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -97,9 +98,10 @@ async def test_a_peer_gone_is_a_closed_connection(autojump_clock: Any) -> None:
         assert conn.protocol.events and isinstance(conn.protocol.events[0], Closed)
 
 
-def test_a_tls_stream_is_written_by_send_all_only() -> None:
-    class _TlsStream:  # hypercorn's stream of a TLS connection: a trio.SSLStream, no socket of its own
-        pass
-
-    conn = Connection(None, connections.Config(), None, None, _TlsStream())
-    assert conn._write_now(b"x") == 0
+async def test_a_tls_stream_is_written_by_send_all_only(autojump_clock: Any) -> None:
+    """hypercorn's stream of a TLS connection is a trio.SSLStream over the socket: its bytes must go
+    through TLS, so nothing is written to the socket beneath it directly."""
+    async with _connected() as (plain, _client):
+        tls = trio.SSLStream(plain.stream, ssl.create_default_context(ssl.Purpose.CLIENT_AUTH), server_side=True)
+        conn = Connection(None, connections.Config(), None, None, tls)
+        assert conn._write_now(b"x") == 0
