@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from . import ids
 from ._base import Tables, _turn, _wire_item, in_chunks
 from .errors import NotFoundError
+from .items import HEAD_COLUMNS
 from .owners import ClaimOwner, owner_alive
 from .turns import TURN_RETURNING
 
@@ -137,15 +138,18 @@ class ClaimsMixin(Tables):
         if approval_timeout is not None and not approval_timeout >= 0:
             raise ValueError(f"approval_timeout must be >= 0 or None, not {approval_timeout!r}")
         with self._write():
-            # whether it exists and whether it is busy, in one statement: every message takes this way
-            exists, busy = self.conn.execute(
-                """SELECT EXISTS (SELECT 1 FROM conversations WHERE id = ?),
+            # whether it exists and is busy, and what appending the message needs of its row, in
+            # one statement: every message takes this way
+            head = self.conn.execute(
+                f"""SELECT {HEAD_COLUMNS},
                           EXISTS (SELECT 1 FROM turns WHERE conversation_id = ?
                                         AND status IN ('queued', 'running', 'waiting'))
-                       OR EXISTS (SELECT 1 FROM conversation_claims WHERE conversation_id = ?)""",
+                       OR EXISTS (SELECT 1 FROM conversation_claims WHERE conversation_id = ?)
+                   FROM conversations WHERE id = ?""",
                 [conv_id, conv_id, conv_id]).fetchone()
-            if not exists:
+            if head is None:
                 raise NotFoundError(f"conversation {conv_id!r} not found")
+            busy = head[3]
             if busy:
                 now = self._clock()
                 wire = _wire_item(item, response_id=None, status=None, created_at=now)
@@ -154,7 +158,7 @@ class ClaimsMixin(Tables):
                     [conv_id, wire["id"], json.dumps(item | {"id": wire["id"]}), now])
             else:
                 wire = self._insert_items(conv_id, [item], turn_id=None, response_id=None, status=None,
-                                          output_indexed=False)[0]
+                                          output_indexed=False, head=head)[0]
             turn_id = ids.new_id(ids.TURN)
             now = self._clock()
             turn = _turn(self._written(  # a new turn: no step, no output (nothing to read after it)

@@ -17,6 +17,9 @@ from ._base import Tables, _item, _stored_data, _wire_item, derive_title, strict
 from .errors import ConflictError, NotFoundError
 
 _ITEM_SELECT = "SELECT id, type, status, response_id, created_at, data FROM conversation_items"
+# What an insert of items needs of its conversation's row: where they go, whether it has a title,
+# and the newest updated_at of all (an index seek, `Tables._after`) in the same statement
+HEAD_COLUMNS = "next_position, title, (SELECT MAX(updated_at) FROM conversations)"
 
 
 class ItemsMixin(Tables):
@@ -30,15 +33,16 @@ class ItemsMixin(Tables):
         status: str | None,
         output_indexed: bool,
         first_index: int = 0,
+        head: tuple[Any, ...] | None = None,
     ) -> list[dict]:
         # Caller holds the write transaction. `first_index`: a turn's later steps continue
-        # the output slots of its earlier ones (store/steps.py).
-        # the newest updated_at with it (an index seek, `Tables._after`): one statement, not two
-        row = self.conn.execute("SELECT next_position, title, (SELECT MAX(updated_at) FROM conversations)"
-                                " FROM conversations WHERE id = ?", [conv_id]).fetchone()
-        if row is None:
-            raise NotFoundError(f"conversation {conv_id!r} not found")
-        position, title, latest = row
+        # the output slots of its earlier ones (store/steps.py). `head`: `HEAD_COLUMNS` of the
+        # conversation's row, read by the caller in this transaction (None: read here).
+        if head is None:
+            head = self.conn.execute(f"SELECT {HEAD_COLUMNS} FROM conversations WHERE id = ?", [conv_id]).fetchone()
+            if head is None:
+                raise NotFoundError(f"conversation {conv_id!r} not found")
+        position, title, latest = head[:3]
         now = strictly_after(latest, self._clock())
         stored = []
         for index, item in enumerate(items):

@@ -53,6 +53,31 @@ def test_renewals_and_cancel_requests_take_more_ids_than_sqlite_binds_in_one_sta
     assert store.cancel_requested([*unknown, turn]) == {turn}
 
 
+def test_a_message_is_appended_from_the_one_read_of_its_conversation(tmp_path):
+    """`queue_message` reads the conversation once: whether it exists, whether it is busy, and where
+    the message goes (its position, whether it has a title, the newest `updated_at`)."""
+    import pytest
+
+    from omnigent.store import NotFoundError
+
+    now = [1000.0]
+    store = Store(tmp_path / "chat.db", clock=lambda: now[0])
+    with pytest.raises(NotFoundError):
+        store.queue_message("conv_missing", user("lost"))
+    assert store.conn.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 0
+    conv = store.create_conversation(agent_id=None)["id"]
+    later = store.create_conversation(agent_id=None)["id"]
+    store.conn.execute("UPDATE conversations SET updated_at = 2000.0 WHERE id = ?", [later])
+    store.conn.commit()
+    first, turn = store.queue_message(conv, user("deploy the site"))
+    assert store.get_conversation(conv)["title"] == "deploy the site"  # the untitled one takes its first
+    assert store.get_conversation(conv)["updated_at"] > 2000.0  # after every other's, clock or not
+    store.end_turn(turn["id"], "completed")
+    second, _ = store.queue_message(conv, user("and again"))
+    assert [i["id"] for i in store.list_items(conv)] == [first["id"], second["id"]]
+    assert store.get_conversation(conv)["title"] == "deploy the site"
+
+
 def test_a_message_to_an_idle_conversation_takes_the_claim_for_its_turn(tmp_path):
     """`queue_message(claim=...)`: the claim for the new turn commits with the message, so the
     turn service that runs it only reads it (`holds_claim`); a busy conversation's claim, or
