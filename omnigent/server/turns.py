@@ -315,6 +315,7 @@ class TurnService(TakeoversMixin):
                     return  # deleted meanwhile: nothing of it is left to end
                 log.exception("turn %s crashed the dispatcher", turn["id"])
                 self._fail(session_id, turn["id"], "internal_error", "the server failed to run this turn")
+            await _after_woken()  # the turn's end is published: its watchers write it before the next read
 
     def _fail(self, session_id: str, turn_id: str, code: str, message: str) -> None:
         """End the turn failed, its open steps closed first (no tool left "running")."""
@@ -466,3 +467,11 @@ class TurnService(TakeoversMixin):
         if generation is None:
             generation = int((self.store.get_turn(turn_id) or {}).get("generation") or 0)
         return current != generation
+
+
+async def _after_woken() -> None:
+    """Return once every task woken before the call has run its step. trio runs a batch of
+    woken tasks in either order, so one checkpoint may still come first; the second comes
+    after that batch."""
+    await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint()

@@ -155,3 +155,32 @@ async def test_a_queued_turn_placed_on_its_bound_runner_reads_the_session_once(a
             assert h.store.get_turn(second["id"])["status"] == "completed"
             rows = [s for s in statements if s.split()[:3] == ["SELECT", "c.id,", "c.kind,"]]  # get_conversation
             assert len(rows) == 1, rows
+
+
+async def test_a_turns_watchers_get_its_end_before_its_worker_reads_the_queue_again(autojump_clock, tmp_path):
+    """The worker's look for a next queued turn (a store read) waits until the watchers woken by
+    the turn's end have run: their `response.completed` is not written behind it. trio runs a
+    batch of woken tasks in either order, so a dozen turns would catch a worker that went first."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("Hello!", after=0.5)], stored_events=True) as h:
+            await h.online(1)
+            sid = h.new_session()
+            await _turn(h, sid, "hi")  # the first binds the session to its runner (its worker reads first)
+            order: list[str] = []
+            read_queue = h.store.next_own_queued_turn
+
+            def recorded(*args: Any, **kwargs: Any) -> Any:
+                order.append("read")
+                return read_queue(*args, **kwargs)
+
+            h.store.next_own_queued_turn = recorded  # type: ignore[method-assign]
+
+            async def watch() -> None:
+                async for event in h.hub.follow(sid):
+                    if event["type"] == ev.COMPLETED:
+                        order.append("end")
+
+            h.nursery.start_soon(watch)
+            for n in range(12):
+                await _turn(h, sid, f"turn {n}")
+            assert order == ["end", "read"] * 12
