@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import ids
 from ._base import Tables, _turn, _wire_item, in_chunks
@@ -30,7 +30,7 @@ class ClaimsMixin(Tables):
     if TYPE_CHECKING:  # ItemsMixin's, beside this one in `Store`
         def _insert_items(self, conv_id: str, items: list[dict], *, turn_id: str | None,
                           response_id: str | None, status: str | None, output_indexed: bool,
-                          first_index: int = 0) -> list[dict]: ...
+                          first_index: int = 0, head: tuple[Any, ...] | None = None) -> list[dict]: ...
 
     def claim_conversation(self, conv_id: str, owner: ClaimOwner, *, turn_id: str | None, lease: float) -> bool:
         """Take (or renew) the conversation's claim for `owner`, for `lease` seconds.
