@@ -132,6 +132,7 @@ def test_start_then_reuse_with_private_detached_files(server, home, mock_credent
     assert os.readlink(f"/proc/{first.pid}/fd/1") == os.readlink(f"/proc/{first.pid}/fd/2") == record["log_path"]
     identity = json.loads(paths.identity.read_text())
     assert identity["host_id"] == first.host_id and identity["server_url"] == paths.server_url
+    assert trio.run(first.wait_online)  # a started daemon answers before its link is up (see the 403 test)
     host = httpx.get(f"{server}/v1/hosts/{first.host_id}", timeout=5).json()
     assert host["online"] is True
 
