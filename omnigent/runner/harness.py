@@ -110,11 +110,14 @@ async def execute(
     except ValueError as exc:  # omnigent run/server checked it; a hand-started runner may not have
         return TurnFailed(turn.turn_id, "config_error", one_line(exc))
     client = pool.get(api_key, base_url)
-    started = False
+    started = done = False
 
-    async def relay(frame: TurnEvent) -> None:
-        nonlocal started
+    async def relay(frame: TurnEvent | Terminal) -> None:
+        nonlocal started, done
         started = True
+        if not isinstance(frame, TurnEvent):  # the step's end, before its stream is read to the end
+            done = True
+            mark(f"turn.model_done:{turn.turn_id}")
         await emit(frame)
 
     async def announce(step: retry.Retrying) -> None:
@@ -132,7 +135,8 @@ async def execute(
     except (openai.OpenAIError, httpx2.HTTPError, EmptyStream) as exc:
         return TurnFailed(turn.turn_id, "model_error", describe_error(exc))
     finally:
-        mark(f"turn.model_done:{turn.turn_id}")  # the model's stream read to its end (or failed)
+        if not done:
+            mark(f"turn.model_done:{turn.turn_id}")  # the model's answer (or failure) is known
 
 
 def transient(exc: BaseException) -> retry.Transient | None:

@@ -16,6 +16,14 @@ Responses returns them so; chat's `tool_calls` deltas are assembled by index
 pure function of the TurnStart (no ids, no clock), so a model step sent again
 after a crash sends the same bytes.
 
+The terminal frame of a Responses stream goes through `emit` as soon as its
+terminal event (`response.completed`, `.incomplete`, `.failed`, `error`) is
+read, before the rest of the stream: the end of the HTTP body comes in a
+later read (~0.4 ms on a local model server, a round of TLS records on a
+remote one), and the answer need not wait for it. The stream is still read
+to its end and closed, so its connection goes back to the pool; `respond`
+then returns the same frame. Nothing is emitted after it.
+
 A stream that ends early is told apart by whether output had begun:
 - before any output, the failure is raised (`EmptyStream` for a stream that
   simply ended, the transport error otherwise) so `retry` may try again;
@@ -40,8 +48,8 @@ from protocol import events as ev
 from ._log import one_line
 from .wire import chat_messages, chat_tools, create_chat, create_response, instructions_for, normalize_input, responses_tools
 
-Emit = Callable[[TurnEvent], Awaitable[None]]
 Terminal = TurnCompleted | TurnFailed
+Emit = Callable[[TurnEvent | Terminal], Awaitable[None]]  # a terminal only last (`respond`)
 
 STREAM_DROPPED = "stream_dropped"
 # Errors that mean the connection broke, as opposed to the server saying no.
@@ -174,6 +182,8 @@ async def respond(client: openai.AsyncOpenAI, turn: TurnStart, emit: Emit) -> Te
                 code, text = event.get("code"), event.get("message")
                 message = f"{code}: {text}" if code else text
                 terminal = TurnFailed(turn.turn_id, "model_error", one_line(str(message or "stream error")))
+            if terminal is not None:
+                await emit(terminal)  # the answer goes out now; the stream's end is read after it
     except _BROKEN:
         if terminal is not None:
             return terminal

@@ -18,6 +18,13 @@ one step at a time per turn: a new one (another attempt, the next step)
 first waits for the old one to end; the same step sent twice (same turn,
 attempt, step and kind) runs once.
 
+A step may emit its end before its task is done (a Responses stream's end
+is known before its HTTP body has ended: streams.respond). That frame is
+its one end: it then waits, `END_FIRST` at most, for the frame to go out
+before it goes on reading; a Cancel or the turn's next step arriving
+meanwhile finds it answered, and neither cuts the read short nor makes a
+second end.
+
 Histories: a model step may carry only the items after a prefix of the
 session's history that this runner holds (`history_cache.py`, announced in
 the hello as `history_cache`). `start` rebuilds the full history before the
@@ -49,6 +56,9 @@ from .tool_steps import cancelled_result, crashed_result
 OUTBOX_SIZE = 4096
 
 Emit = Callable[[Frame], Awaitable[None]]
+# how long a step that emitted its end early waits for it to go out before it goes on (reading its
+# stream to the end): the send loop, not the rest of the stream, has the loop first
+END_FIRST = 0.05
 Start = TurnStart | ToolStart
 _ENDS = (TurnCompleted, TurnFailed, ToolResult)
 
@@ -61,6 +71,8 @@ class _Turn:
     scope: trio.CancelScope
     done: trio.Event
     captured: list[str] = dataclasses.field(default_factory=list)  # a tool's output so far
+    ended: Frame | None = None  # its end, emitted before the step's task is done (streams.respond)
+    end_sent: trio.Event = dataclasses.field(default_factory=trio.Event)  # that end went out
 
     @property
     def kind(self) -> str:
@@ -118,6 +130,8 @@ class Turns:
             log(f"turn {start.turn_id} step {start.step} ({turn.kind}) is already running here: "
                 f"duplicate {start.kind} ignored")
             return
+        if old is not None and old.ended is not None:
+            old = None  # it has answered and only reads its stream to the end: nothing to supersede
         if isinstance(start, TurnStart):
             try:
                 full = self._full_history(start)
@@ -168,8 +182,10 @@ class Turns:
 
     def sent(self, frame: Frame, turn: _Turn | None) -> None:
         """A frame from the outbox went out: once it is the step's end, nothing is owed any more."""
-        if turn is not None and isinstance(frame, _ENDS) and self._owed.get(turn.start.turn_id) is turn:
-            del self._owed[turn.start.turn_id]
+        if turn is not None and isinstance(frame, _ENDS):
+            turn.end_sent.set()
+            if self._owed.get(turn.start.turn_id) is turn:
+                del self._owed[turn.start.turn_id]
 
     async def _run(self, turn: _Turn, superseded: _Turn | None) -> None:
         start = turn.start
@@ -183,7 +199,9 @@ class Turns:
         try:
             with turn.scope:
                 terminal = await self._guarded(start, turn)
-            if turn.scope.cancel_called or terminal is None:
+            if turn.ended is not None:  # sent already, as the step's answer was known
+                terminal = turn.ended
+            elif turn.scope.cancel_called or terminal is None:
                 terminal = (self._cancelled(start, turn.captured) if isinstance(start, ToolStart)
                             else TurnFailed(start.turn_id, "cancelled", "cancelled"))
             elapsed = trio.current_time() - started
@@ -194,7 +212,8 @@ class Turns:
                     + (f" (exit code {terminal.exit_code})" if terminal.exit_code is not None else ""))
             else:
                 log(f"turn {start.turn_id} step {start.step} completed after {elapsed:.2f} s")
-            await channels.send(self._outbox, (terminal, turn))
+            if turn.ended is None:
+                await channels.send(self._outbox, (terminal, turn))
         finally:
             if self._running.get(start.turn_id) is turn:
                 del self._running[start.turn_id]
@@ -202,7 +221,16 @@ class Turns:
 
     async def _guarded(self, start: Start, turn: _Turn) -> Frame:
         async def emit(frame: Frame) -> None:
+            if not isinstance(frame, _ENDS):
+                await channels.send(self._outbox, (frame, turn))
+                return
+            # the step's end, before its task is done (streams.respond): the only end it sends
+            turn.ended = frame
+            if self._running.get(start.turn_id) is turn:
+                del self._running[start.turn_id]  # a Cancel now finds it answered ("on the way")
             await channels.send(self._outbox, (frame, turn))
+            with trio.move_on_after(END_FIRST):  # what the step does next waits for it to go out
+                await turn.end_sent.wait()
 
         try:
             return await self._execute(start, emit, turn.captured)

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx2
 import openai
+import trio
 import pytest
 
 from omnigent.runner import credentials, harness, main
@@ -93,12 +94,17 @@ def sse_response(body: bytes) -> httpx2.Response:
 class Recorder:
     def __init__(self) -> None:
         self.frames: list[TurnEvent] = []
+        self.ended: TurnCompleted | TurnFailed | None = None  # a step's end, emitted once and last
 
-    async def __call__(self, frame: TurnEvent) -> None:
+    async def __call__(self, frame: TurnEvent | TurnCompleted | TurnFailed) -> None:
         # Everything emitted must survive the wire and the server's event check.
         assert decode(encode(frame)) == frame
-        decode_event(frame.event)
-        self.frames.append(frame)
+        assert self.ended is None, f"{frame!r} emitted after the step's end"
+        if isinstance(frame, TurnEvent):
+            decode_event(frame.event)
+            self.frames.append(frame)
+        else:
+            self.ended = frame
 
     @property
     def types(self) -> list[str]:
@@ -180,6 +186,39 @@ async def test_responses_request_events_and_completion(llm_factory):
     assert result.output == [item]
     assert result.usage["input_tokens"] == 10 and result.usage["output_tokens"] == 5
     assert decode(encode(result)) == result
+
+
+class _HeldOpen(httpx2.AsyncByteStream):
+    """A response body whose end comes only once `release` is set (as a real one ends in a later read)."""
+
+    def __init__(self, body: bytes, release: trio.Event) -> None:
+        self.body, self.release = body, release
+
+    async def __aiter__(self):
+        yield self.body
+        await self.release.wait()
+        yield b": the end of the body\n\n"
+
+
+async def test_responses_end_goes_out_before_the_stream_is_read_to_its_end(llm_factory):
+    """The terminal frame is emitted as `response.completed` is read: the answer does not wait for
+    the HTTP body's end. The stream is still read to its end (its connection is reused), and
+    `respond` returns the same frame, with nothing emitted after it."""
+    release = trio.Event()
+    body = _HeldOpen(responses_stream("hi", deltas=["hi"]), release)
+    _, client = llm_factory(httpx2.Response(200, stream=body, headers={"content-type": "text/event-stream"}))
+
+    class Releasing(Recorder):
+        async def __call__(self, frame: Any) -> None:
+            await super().__call__(frame)
+            if self.ended is not None:
+                release.set()  # the body ends only once the end has gone out
+
+    emit = Releasing()
+    with trio.fail_after(10):
+        result = await harness.respond(client, make_turn(), emit)
+    assert isinstance(result, TurnCompleted) and emit.ended == result
+    assert emit.types == ["response.output_text.delta", "response.output_item.done"]
 
 
 async def test_responses_reasoning_effort_only_when_set(llm_factory):
