@@ -79,7 +79,7 @@ TURN_POINTS = [
     ("dispatched", "the link's writer: its turn to write (after what it was writing)"),
     ("written", "the TurnStart across the websocket to the runner"),
     ("received", "the runner: the step's set-up up to the model call"),
-    ("model_call", "the model call: request -> its stream read to the end"),
+    ("model_call", "the model call: request -> its terminal event (the stream's end is read after the answer went)"),
     ("model_done", "the answer over the link"),
     ("answered", "the end transaction: step, turn, usage, events"),
     ("ended", "delivery of `response.completed` to the watcher"),
