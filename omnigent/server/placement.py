@@ -18,7 +18,7 @@ What it guarantees:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
@@ -32,6 +32,7 @@ from .registry import Affinity, RunnerConn, RunnerRegistry
 
 # a placeable runner's load: (sessions bound, turns running, connected at, the runner)
 _Load = tuple[int, int, float, RunnerConn]
+_RACED: Literal["raced"] = "raced"  # `_look`: another process rebound the session meanwhile
 
 
 class NoRunner(Exception):
@@ -167,23 +168,45 @@ class Placement:
         bound = conv.get("runner_id") if conv else None
         return self.registry.online.get(bound) if bound else None
 
+    def at_once(self, session_id: str, conv: dict[str, Any] | None) -> tuple[RunnerConn, dict[str, Any]] | None:
+        """`runner_for` without its waiting, for a turn started with its message: the runner the session's
+        row `conv` (current) is bound to if online, else the least loaded placeable one, bound now (in the
+        caller's transaction, if any), with the row as it is then. None where `runner_for` would wait or
+        read again (no runner it may take, or another process rebound it meanwhile)."""
+        found = self._look(session_id, conv) if conv is not None else None
+        if found is None or found == _RACED:
+            return None
+        conn, after = found
+        return conn, after if after is not None else (self.store.get_conversation(session_id, counts=False) or {})
+
+    def _look(self, session_id: str,
+              conv: dict[str, Any] | None) -> tuple[RunnerConn, dict[str, Any] | None] | Literal["raced"] | None:
+        """One look for the session's runner, given its row `conv` as read now: (its runner, `conv`) when it
+        is bound and online; (a runner, None) when one was bound now (the row changed); `_RACED` when the
+        compare-and-set lost to another process (read again); None when none may be taken now."""
+        online = self.bound_online(conv)
+        if online is not None:
+            return online, conv
+        bound = conv.get("runner_id") if conv else None
+        # a runner lost in this server's life is replaced by runner_left/joined
+        # (with the notices); only unbound, stale or left-behind bindings are taken here
+        adoptable = bound is None or bound not in self.registry.departed or bound in self._handled
+        adoptable = adoptable and not self.registry.launching(bound)  # a host is starting it for us
+        loads = self._eligible(session_id, self._loads()) if adoptable else {}
+        if not loads:
+            return None
+        conn = _least_loaded(loads)
+        if self.store.bind_runner(session_id, conn.runner_id, expected=bound):
+            return conn, None
+        return _RACED
+
     async def _find_runner(self, session_id: str) -> tuple[RunnerConn, dict[str, Any] | None]:
         while True:
-            conv = self.store.get_conversation(session_id, counts=False)
-            online = self.bound_online(conv)
-            if online is not None:
-                return online, conv
-            bound = conv.get("runner_id") if conv else None
-            # a runner lost in this server's life is replaced by runner_left/joined
-            # (with the notices); only unbound, stale or left-behind bindings are taken here
-            adoptable = bound is None or bound not in self.registry.departed or bound in self._handled
-            adoptable = adoptable and not self.registry.launching(bound)  # a host is starting it for us
-            loads = self._eligible(session_id, self._loads()) if adoptable else {}
-            if loads:
-                conn = _least_loaded(loads)
-                if self.store.bind_runner(session_id, conn.runner_id, expected=bound):
-                    return conn, None
+            found = self._look(session_id, self.store.get_conversation(session_id, counts=False))
+            if found == _RACED:
                 continue  # someone else rebound it: re-read
+            if found is not None:
+                return found
             if self.registry.gave_up:
                 raise NoRunner(f"runners cannot stay up: {self.registry.gave_up}")
             self.hub.release(session_id)  # the dispatch waits for a runner: its watchers need not (hub.hold)

@@ -168,11 +168,8 @@ class TurnService(TakeoversMixin):
         that turn left to write; it follows this attempt next, as a new worker would."""
         if session_id in self._active or session_id in self._started or self.adoptions.expects_session(session_id):
             return None  # a turn of it runs here (so it holds the claim), or one is started already
-        conv = self.store.get_conversation(session_id, counts=False)
-        conn = self.placement.bound_online(conv)  # placement's own first look, without its waiting
-        if conv is None or conn is None:
-            return None  # no runner bound and online: placement binds one, or waits (the worker's)
-        return conn, conv
+        # placement's own look, without its waiting: the session's runner, or one bound now (a first turn)
+        return self.placement.at_once(session_id, self.store.get_conversation(session_id, counts=False))
 
     def submit(self, session_id: str) -> None:
         """A turn was queued for this session: start its worker, unless one runs (it reads the

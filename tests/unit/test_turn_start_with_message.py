@@ -3,7 +3,8 @@
 `TurnService.queue_message` (what the route does, in one transaction) starts the
 first attempt with the message when the worker would start it at once: the claim was
 taken with the message (no turn of the session queued, running or claimed), its runner
-is bound and online, and no turn of it runs in this service (its worker, if any, is
+is bound and online (or, for a session bound to none, one may be bound at once:
+`Placement.at_once`), and no turn of it runs in this service (its worker, if any, is
 leaving its last turn). Otherwise the turn is queued and the worker places it as before.
 MockClock, fake runners, events stored as a server stores them.
 """
@@ -51,8 +52,8 @@ async def test_an_idle_sessions_message_starts_the_attempt_in_its_transaction(au
         async with open_harness(tmp_path, [answers("one", after=0.5)], stored_events=True) as h:
             (runner_id,) = await h.online(1)
             sid = h.new_session()
-            first = h.post(sid, "hi")  # no runner bound yet: queued, and the worker binds one
-            assert first["status"] == "queued"
+            first = h.post(sid, "hi")  # no runner bound yet: one is bound, and the attempt starts, with it
+            assert first["status"] == "running" and h.store.get_conversation(sid)["runner_id"] == runner_id
             await h.until_terminal(sid, first["id"])
             await h.settle()
             before = h.store.last_event_seq(sid)

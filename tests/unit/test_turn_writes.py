@@ -184,3 +184,27 @@ async def test_a_turns_watchers_get_its_end_before_its_worker_reads_the_queue_ag
             for n in range(12):
                 await _turn(h, sid, f"turn {n}")
             assert order == ["end", "read"] * 12
+
+
+async def test_a_new_sessions_first_turn_binds_its_runner_in_its_messages_transaction(autojump_clock, tmp_path):
+    """A first message finds no runner bound: the least loaded online one is bound in the message's
+    transaction (`Placement.at_once`, compare-and-set as ever), and the attempt starts there too, so
+    the first turn is two write transactions as every later one, not four."""
+    with trio.fail_after(TIMEOUT):
+        async with open_harness(tmp_path, [answers("Hello!", after=0.5)], stored_events=True) as h:
+            [runner_id] = await h.online(1)
+            sid = h.new_session()
+            statements: list[str] = []
+            h.store.conn.set_trace_callback(statements.append)
+            try:
+                turn = await _turn(h, sid, "hi")
+            finally:
+                h.store.conn.set_trace_callback(None)
+            writes = [s for s in statements if s.startswith("BEGIN")]
+            assert writes == ["BEGIN IMMEDIATE"] * 2, statements
+            conv = h.store.get_conversation(sid)
+            assert conv["runner_id"] == runner_id and conv["generation"] == 1
+            row = h.store.get_turn(turn["id"])
+            assert row["status"] == "completed" and row["attempt"] == 1 and row["generation"] == 1
+            types = [e["type"] for e in h.store.read_events(sid, 0)]
+            assert types[:3] == [ev.INPUT_CONSUMED, ev.SESSION_STATUS, ev.RESPONSE_CREATED]
