@@ -35,18 +35,24 @@ async def _turn(h: Harness, sid: str, text: str) -> dict[str, Any]:
     return turn
 
 
+async def _traced_turn(h: Harness, sid: str, text: str) -> tuple[dict[str, Any], list[str]]:
+    """`_turn`, with the SQL statements the store ran meanwhile (sqlite3's trace callback)."""
+    statements: list[str] = []
+    h.store.conn.set_trace_callback(statements.append)
+    try:
+        turn = await _turn(h, sid, text)
+    finally:
+        h.store.conn.set_trace_callback(None)
+    return turn, statements
+
+
 async def test_a_turn_makes_two_write_transactions(autojump_clock, tmp_path):
     with trio.fail_after(TIMEOUT):
         async with open_harness(tmp_path, [answers("Hello!", after=0.5)], stored_events=True) as h:
             await h.online(1)
             sid = h.new_session()
             await _turn(h, sid, "hi")  # the first binds the session to its runner
-            statements: list[str] = []
-            h.store.conn.set_trace_callback(statements.append)
-            try:
-                turn = await _turn(h, sid, "again")
-            finally:
-                h.store.conn.set_trace_callback(None)
+            turn, statements = await _traced_turn(h, sid, "again")
             own = [s for s in statements if not s.startswith("--")]  # not the FTS triggers' own
             writes = [s for s in own if s.startswith("BEGIN")]
             assert writes == ["BEGIN IMMEDIATE"] * 2, own
@@ -194,12 +200,7 @@ async def test_a_new_sessions_first_turn_binds_its_runner_in_its_messages_transa
         async with open_harness(tmp_path, [answers("Hello!", after=0.5)], stored_events=True) as h:
             [runner_id] = await h.online(1)
             sid = h.new_session()
-            statements: list[str] = []
-            h.store.conn.set_trace_callback(statements.append)
-            try:
-                turn = await _turn(h, sid, "hi")
-            finally:
-                h.store.conn.set_trace_callback(None)
+            turn, statements = await _traced_turn(h, sid, "hi")
             writes = [s for s in statements if s.startswith("BEGIN")]
             assert writes == ["BEGIN IMMEDIATE"] * 2, statements
             conv = h.store.get_conversation(sid)
