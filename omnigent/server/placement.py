@@ -12,7 +12,9 @@ What it guarantees:
 - a session whose claim a live other process holds, or whose turn waits for
   its runner to reconnect (`adoption.py`), keeps its binding;
 - `runner_for` waits a bounded time (`runner_wait`, and for a session pinned
-  to a host at least that host's grace), then raises `NoRunner`.
+  to a host at least that host's grace), then raises `NoRunner`; `at_once`
+  is its first look without the wait (a turn started in its message's
+  transaction binds there, by the same rules).
 """
 
 from __future__ import annotations
