@@ -7,7 +7,9 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from omnigent.store import Store
+import pytest
+
+from omnigent.store import NotFoundError, Store
 from omnigent.store.db import applied_migrations
 from omnigent.store.owners import ClaimOwner, owner_alive, process_started
 
@@ -56,10 +58,6 @@ def test_renewals_and_cancel_requests_take_more_ids_than_sqlite_binds_in_one_sta
 def test_a_message_is_appended_from_the_one_read_of_its_conversation(tmp_path):
     """`queue_message` reads the conversation once: whether it exists, whether it is busy, and where
     the message goes (its position, whether it has a title, the newest `updated_at`)."""
-    import pytest
-
-    from omnigent.store import NotFoundError
-
     now = [1000.0]
     store = Store(tmp_path / "chat.db", clock=lambda: now[0])
     with pytest.raises(NotFoundError):
@@ -69,7 +67,14 @@ def test_a_message_is_appended_from_the_one_read_of_its_conversation(tmp_path):
     later = store.create_conversation(agent_id=None)["id"]
     store.conn.execute("UPDATE conversations SET updated_at = 2000.0 WHERE id = ?", [later])
     store.conn.commit()
-    first, turn = store.queue_message(conv, user("deploy the site"))
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    try:
+        first, turn = store.queue_message(conv, user("deploy the site"))
+    finally:
+        store.conn.set_trace_callback(None)
+    reads = [s for s in statements if not s.startswith("--") and "FROM conversations WHERE id" in s]
+    assert len(reads) == 1, reads  # one statement reads the conversation's row
     assert store.get_conversation(conv)["title"] == "deploy the site"  # the untitled one takes its first
     assert store.get_conversation(conv)["updated_at"] > 2000.0  # after every other's, clock or not
     store.end_turn(turn["id"], "completed")
