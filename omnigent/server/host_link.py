@@ -37,6 +37,7 @@ from ..link.runner_secrets import secret_matches
 from .registry import LOCAL_HOST, HostConn
 from .runner_link import Transport
 from .state import ServerState
+from .ticks import sleep_to_tick
 
 log = logging.getLogger("omnigent.server.hosts")
 
@@ -157,7 +158,7 @@ async def _send_frames(transport: Transport, host_end: LinkEnd, n: trio.Nursery)
 async def _ping(state: ServerState, conn: HostConn, n: trio.Nursery, ending: list[tuple[int, str]]) -> None:
     touched = trio.current_time()
     while True:
-        await trio.sleep(state.ping_interval)
+        await sleep_to_tick(state.ping_interval)  # with the runners' pings (ticks.py)
         now = trio.current_time()
         silent = now - conn.last_pong
         if silent > state.ping_interval * state.ping_allowance:

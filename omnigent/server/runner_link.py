@@ -3,8 +3,8 @@
 The websocket route adapts quart's websocket to `Transport`; tests drive the
 same code over memory channels under a MockClock. The connection: the secret
 bound to the runner id, a valid hello, then frames routed to the turns
-waiting on them, pings on a timer and a hang verdict when pongs stop, 1001
-on shutdown.
+waiting on them, pings on the ticks of one clock grid (none to a runner heard
+from lately) and a hang verdict when it falls silent, 1001 on shutdown.
 
 Who may connect as a runner id:
 
@@ -45,6 +45,7 @@ from ..config.timeline import mark
 from ..link.runner_secrets import secret_matches
 from .registry import RunnerConn
 from .state import ServerState
+from .ticks import sleep_to_tick
 
 log = logging.getLogger("omnigent.server.runners")
 
@@ -198,19 +199,37 @@ async def _send_frames(transport: Transport, outgoing: trio.MemoryReceiveChannel
 
 
 async def _ping(state: ServerState, conn: RunnerConn, n: trio.Nursery, ended: list[str]) -> None:
+    """Ping the runner on the ticks of `ping_interval` (`ticks.py`); end the connection as hung
+    once it has been silent for `ping_allowance` intervals.
+
+    Every connection's ticks are the same instants, so an idle server wakes once an interval for
+    all its runners, not once per runner at its own phase. A runner heard from within the last
+    half interval (a turn's frames) is not pinged: any frame proves it alive, and its next tick
+    comes well before the verdict (`_heard_lately`)."""
+    interval = state.ping_interval
     while True:
-        await trio.sleep(state.ping_interval)
+        await sleep_to_tick(interval)
         silent = trio.current_time() - conn.last_pong
-        if silent > state.ping_interval * state.ping_allowance:
+        if silent > interval * state.ping_allowance:
             ended.append(f"hung: no answer to pings for {silent:.1f} s")
             n.cancel_scope.cancel()
             return
+        if _heard_lately(silent, interval, state.ping_allowance):
+            continue
         try:
             conn.outbox.send_nowait(p.Ping(ts=trio.current_time()))
         except trio.WouldBlock:
             pass  # outbox full: the missing pong will tell
         except trio.ClosedResourceError:
             return  # the registry dropped this runner; _send_frames ends the connection
+
+
+def _heard_lately(silent: float, interval: float, allowance: float) -> bool:
+    """Whether a ping at this tick can be skipped: the runner spoke within the last half interval
+    (its pong to the last tick's ping, arriving just after it, does not count: an idle runner is
+    pinged at every tick), and it would still be within its allowance at the next tick if it said
+    nothing meanwhile, when it is pinged. A live runner is never judged hung for a skipped ping."""
+    return silent < interval * min(0.5, allowance - 1.0)
 
 
 async def _close_on_shutdown(state: ServerState, transport: Transport, n: trio.Nursery) -> None:

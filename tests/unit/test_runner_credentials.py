@@ -35,6 +35,7 @@ class Peer:
         self.transport = MemoryTransport(to_peer, from_peer)
         self._out, self._in = to_server, from_server
         self.received: list[p.Frame] = []
+        self.pinged: list[float] = []  # the virtual time of each Ping
         self.acked = False
         self.ack = trio.Event()
         self.served = trio.Event()     # serve_runner returned
@@ -70,8 +71,10 @@ class Peer:
                 if isinstance(frame, p.HelloAck):
                     self.acked = True
                     self.ack.set()
-                elif isinstance(frame, p.Ping) and self.answers_pings:
-                    self.send(p.Pong(ts=frame.ts))
+                elif isinstance(frame, p.Ping):
+                    self.pinged.append(trio.current_time())
+                    if self.answers_pings:
+                        self.send(p.Pong(ts=frame.ts))
                 elif isinstance(frame, p.TurnStart):
                     self.send(p.TurnCompleted(frame.turn_id, "resp_x", [assistant_item(self.reply)]))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
