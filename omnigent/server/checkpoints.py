@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..config.timeline import stall
+from .ticks import sleep_to_tick
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -42,10 +43,15 @@ class _Checkpointer:
     since the last (the file keeps its size, as with SQLite's automatic
     checkpoint, and is reused from its start). sqlite3 releases the GIL while
     it copies, so the loop goes on serving meanwhile.
+
+    It looks on the server's ticks (`ticks.py`): every EVERY seconds while the
+    store's connection writes, every IDLE_EVERY (with the pings) once it has
+    written nothing since the last look, so an idle server is not woken for it.
     """
 
     WAL_PAGES = 1000    # SQLite's own autocheckpoint threshold
-    EVERY = 0.5         # seconds between two looks at the WAL's size
+    EVERY = 0.5         # seconds between two looks at the WAL's size, while the store is written
+    IDLE_EVERY = 1.0    # ... and once it has not been since the last look
 
     def __init__(self, store: Store, path: str) -> None:
         self.store, self.path = store, path
@@ -80,8 +86,11 @@ class _Checkpointer:
             page = int(self.store.conn.execute("PRAGMA page_size").fetchone()[0])
         except sqlite3.Error:
             pass
+        every, seen = self.EVERY, self.store.conn.total_changes
         while True:
-            await trio.sleep(self.EVERY)
+            await sleep_to_tick(every)
+            changes = self.store.conn.total_changes  # rows this connection wrote: a write since the last look
+            every, seen = (self.EVERY if changes != seen else self.IDLE_EVERY), changes
             try:
                 size = os.stat(self.path + "-wal").st_size
             except OSError:

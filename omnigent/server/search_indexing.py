@@ -18,7 +18,7 @@ import logging
 import sqlite3
 from typing import TYPE_CHECKING
 
-import trio
+from .ticks import sleep_to_tick
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -29,9 +29,9 @@ INDEX_EVERY = 2.0  # s: ~300 messages a batch at 80 turns/s; a lone turn's two i
 
 
 async def index_in_batches(store: Store, every: float = INDEX_EVERY) -> None:
-    """Index the queued messages every `every` seconds, until cancelled."""
+    """Index the queued messages every `every` seconds (on the server's ticks: `ticks.py`), until cancelled."""
     while True:
-        await trio.sleep(every)
+        await sleep_to_tick(every)
         try:
             store.index_pending_messages()
         except sqlite3.Error as exc:
