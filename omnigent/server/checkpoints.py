@@ -91,13 +91,15 @@ class _Checkpointer:
             await sleep_to_tick(every)
             changes = self.store.conn.total_changes  # rows this connection wrote: a write since the last look
             every, seen = (self.EVERY if changes != seen else self.IDLE_EVERY), changes
-            try:
-                size = os.stat(self.path + "-wal").st_size
-            except OSError:
-                continue
-            if size >= self.WAL_PAGES * page:
+            if self._wal_size() >= self.WAL_PAGES * page:
                 with trio.CancelScope(shield=True):  # never abandon a thread holding the connection
                     await trio.to_thread.run_sync(self._checkpoint)
+
+    def _wal_size(self) -> int:
+        try:
+            return os.stat(self.path + "-wal").st_size
+        except OSError:
+            return 0  # none yet (or gone): nothing to copy
 
     def _checkpoint(self) -> None:
         started = time.perf_counter()
