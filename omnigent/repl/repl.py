@@ -66,6 +66,7 @@ class Repl(Commands):
         self._last_session: str | None = None
         self._bound: str | None = None  # the session whose runner binding was seen to
         self._turn: _Turn | None = None
+        self._turn_began = trio.Event()  # set (and renewed) as each turn starts: `_tick` waits for it
         self._outcomes: dict[str, dict[str, Any]] = {}  # terminal events of our turn, by turn id
         self._ended: set[str] = set()  # turns of the attached session seen to end
         self._pump: trio.CancelScope | None = None
@@ -235,7 +236,7 @@ class Repl(Commands):
 
     async def _send(self, text: str | None) -> None:
         """Run one turn: `text` as a new message, or None to retry the last interrupted turn."""
-        self.console.turn_started()
+        self._turn_started()
         turn = self._turn = _Turn()
         try:
             if self.session_id is None:
@@ -286,7 +287,7 @@ class Repl(Commands):
             if turn_id in self._ended or self.session_id is None:
                 continue
             turn = self._turn = _Turn(turn_id=turn_id)
-            self.console.turn_started()
+            self._turn_started()
             try:
                 await self._wait(turn)
             finally:
@@ -331,11 +332,22 @@ class Repl(Commands):
         trace(f"runner bound id={bound.get('runner_id')!r}")
 
     async def _tick(self) -> None:
-        """Redraw the running status once a second of the turn: its elapsed time (only a terminal has one)."""
+        """Redraw the running status once a second of the turn: its elapsed time (only a terminal has one).
+
+        Between turns it waits for the next to start: an idle REPL is not woken once a second for it."""
         while True:
             started = self.console.status.started
-            await trio.sleep(1.0 if started is None else 1.0 - (trio.current_time() - started) % 1.0)
-            self.console.tick()
+            if started is None:
+                await self._turn_began.wait()
+                continue
+            await trio.sleep(1.0 - (trio.current_time() - started) % 1.0)
+            if self.console.status.started == started:  # still that turn's
+                self.console.tick()
+
+    def _turn_started(self) -> None:
+        self.console.turn_started()
+        self._turn_began.set()
+        self._turn_began = trio.Event()
 
     async def _on_sigint(self, signals: Any) -> None:
         async for _ in signals:
