@@ -34,6 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_sessions import stop_server  # noqa: E402  (a sibling script: SIGTERM, then SIGKILL after 15 s)
+
 REPO = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -135,12 +138,7 @@ def _server(env: dict[str, str], tmp: Path, seconds: float) -> list[tuple[str, f
         _quiet(proc.pid, expected=5)
         return _measure(proc.pid, seconds)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc)
 
 
 def _repl(env: dict[str, str], seconds: float) -> list[tuple[str, float, float]]:
