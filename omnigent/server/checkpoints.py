@@ -45,8 +45,9 @@ class _Checkpointer:
     it copies, so the loop goes on serving meanwhile.
 
     It looks on the server's ticks (`ticks.py`): every EVERY seconds while the
-    store's connection writes, every IDLE_EVERY (with the pings) once it has
-    written nothing since the last look, so an idle server is not woken for it.
+    store's connection writes, every IDLE_EVERY (with the pings, at their
+    default interval) once it has written nothing since the last look, so an
+    idle server is not woken for it alone.
     """
 
     WAL_PAGES = 1000    # SQLite's own autocheckpoint threshold

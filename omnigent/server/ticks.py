@@ -6,7 +6,8 @@ batch. Each at its own phase cost a pass of the event loop (and of the
 kernel's scheduler) apiece: ~10 a second for a server with four runners.
 Waking at multiples of their periods instead puts them on the same
 instants, so trio runs those that coincide in one batch: an idle server
-with four runners wakes ~4 times a second, its runners' pongs included.
+with four runners wakes ~3 times a second, its runners' pongs included
+(`scripts/bench_idle.py`).
 
 `next_tick` gives the same float for the same instant whatever the period
 (multiples of 0.5, 1 and 2 are exact), so tasks with periods that divide
