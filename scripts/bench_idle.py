@@ -35,19 +35,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sessions import stop_server  # noqa: E402  (a sibling script: SIGTERM, then SIGKILL after 15 s)
+from bench_sessions import stop_server, tree_cpu  # noqa: E402  (a sibling script's: its SIGTERM-then-SIGKILL, its /proc reads)
 
 REPO = Path(__file__).resolve().parents[1]
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def _switches(pid: int) -> int:
@@ -62,20 +52,6 @@ def _switches(pid: int) -> int:
     except OSError:
         pass
     return total
-
-
-def _tree(root: int) -> list[int]:
-    pids, frontier = [], [root]
-    while frontier:
-        pid = frontier.pop()
-        pids.append(pid)
-        try:
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as f:
-                    frontier.extend(int(c) for c in f.read().split())
-        except OSError:
-            pass
-    return pids
 
 
 def _name(pid: int) -> str:
@@ -93,27 +69,22 @@ def _quiet(root: int, expected: int, timeout: float = 60.0) -> None:
     """Until `root`'s tree has `expected` processes and spent under 20 ms of CPU in a second."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pids = _tree(root)
-        before = sum(_cpu(p) or 0.0 for p in pids)
+        before = tree_cpu(root)
         time.sleep(1.0)
-        after = sum(_cpu(p) or 0.0 for p in pids)
-        if len(pids) >= expected and after - before < 0.02:
+        after = tree_cpu(root)
+        spent = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+        if len(after) >= expected and spent < 0.02:
             return
     raise SystemExit(f"the processes did not settle within {timeout:.0f} s")
 
 
 def _measure(root: int, seconds: float) -> list[tuple[str, float, float]]:
-    pids = _tree(root)
-    cpu0 = {p: _cpu(p) for p in pids}
-    sw0 = {p: _switches(p) for p in pids}
+    cpu0 = tree_cpu(root)
+    sw0 = {p: _switches(p) for p in cpu0}
     time.sleep(seconds)
-    rows = []
-    for p in pids:
-        cpu1 = _cpu(p)
-        if cpu1 is None or cpu0[p] is None:
-            continue
-        rows.append((_name(p), (cpu1 - cpu0[p]) / seconds * 1000, (_switches(p) - sw0[p]) / seconds))
-    return rows
+    cpu1 = tree_cpu(root)
+    return [(_name(p), (cpu1[p] - cpu0[p]) / seconds * 1000, (_switches(p) - sw0[p]) / seconds)
+            for p in cpu0 if p in cpu1]
 
 
 def _floor_cpu(env: dict[str, str], runs: int = 3) -> float:
