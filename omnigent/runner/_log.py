@@ -13,7 +13,9 @@ import time
 def log(message: str) -> None:
     now = time.time()
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
-    print(f"{stamp} runner: {message}", file=sys.stderr, flush=True)
+    # one write a line: print() wrote the line and its newline in two (stderr writes through)
+    sys.stderr.write(f"{stamp} runner: {message}\n")
+    sys.stderr.flush()
 
 
 def one_line(text: object, limit: int = 500) -> str:
