@@ -54,6 +54,7 @@ from ..config.timeline import mark
 from ._log import log, one_line
 from .frames import decode_frame, encode_outgoing
 from .redial import FATAL, REFUSED
+from .ws_writes import send_messages
 from .state import EXIT_ERROR, EXIT_OK, RunnerState
 
 # Must match harness.HARNESSES (a unit test checks), without importing openai.
@@ -216,17 +217,19 @@ class ConnectionMixin(RunnerState):
         # The turns' only writer: a cancelled turn can never cut a frame in half.
         # (Pongs go out from the receive loop; the websocket serialises whole messages.)
         while True:
-            if self._unsent is None:
-                self._unsent = await self._outgoing.next()  # text deltas merged (outgoing.py)
-            frame, turn = self._unsent
-            data = await encode_outgoing(frame)
+            if not self._unsent:
+                first = await self._outgoing.next()  # text deltas merged (outgoing.py)
+                self._unsent = [first, *await self._outgoing.more_now()]  # what is ready with it
+            batch = self._unsent
+            data = [await encode_outgoing(frame) for frame, _ in batch]
             try:
-                await ws.send_message(data)
+                await send_messages(ws, data)  # in one write
             except ConnectionClosed:
-                nursery.cancel_scope.cancel()  # the receive loop says why; this frame goes first next time
+                nursery.cancel_scope.cancel()  # the receive loop says why; these frames go first next time
                 return
             self._unsent = None
-            self._turns.sent(frame, turn)  # its end is out: nothing owed any more
+            for frame, turn in batch:
+                self._turns.sent(frame, turn)  # a step's end is out: nothing owed any more
 
     # --- protocol errors ------------------------------------------------
 

@@ -16,8 +16,9 @@ frames' codec in `frames.py`); the openai and tools imports paid while it
 dials, and the steps that need them (`prewarm.py`); an early runner's
 identity, read from a pipe before it dials (`identity.py`).
 
-Top-level imports stay at trio, trio_websocket, protocol and the standard
-library; openai is imported in a worker thread (`prewarm.py`).
+Top-level imports stay at trio, trio_websocket (and the wsproto it imports),
+protocol and the standard library; openai is imported in a worker thread
+(`prewarm.py`).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Runner(ConnectionMixin, PrewarmMixin, IdentityMixin):
         self._turns = Turns(self._execute, self._cancelled_tool)
         self._tools = ToolSlots()
         self._secrets = None  # known once the tools package is loaded
-        self._unsent = None  # its send failed: first on the next connection
+        self._unsent = None  # the frames whose write failed: first on the next connection
         self._outgoing = Outgoing(self._turns.queued)  # the outbox as the send loop reads it
         self._dial = dial or dial_websocket
         self._backoff = Backoff(rng=rng)

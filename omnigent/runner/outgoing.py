@@ -21,6 +21,13 @@ What it guarantees:
 - A merged delta stops at `MAX_MERGED` characters, so its frame stays cheap to encode here.
 - Nothing taken from the outbox is lost when the send loop is cancelled (a dropped
   link): what a cancelled call collected is handed out by the next one.
+- What is ready together goes out together (`more_now`): the frames that can go with the
+  one `next` returned without waiting, which the send loop writes in one system call. A
+  short answer's delta, its item and its end come from one read of the model's stream:
+  written one by one, the first write woke the server, which then ran ahead of the
+  runner (this machine's kernel puts the woken process on the writer's CPU) and stored
+  and published the delta on its own before the end could go (~1 ms of a lone turn's
+  latency, and a transaction, a watcher write and a wake-up of each process more).
 
 A step's last items, when the server acknowledged `ITEMS_IN_COMPLETED` (`acknowledged`):
 - A turn's `response.output_item.done` events wait, up to `window` s, for the turn's
@@ -63,31 +70,48 @@ class Outgoing:
         self._delta_at = -math.inf  # when the last batch with deltas was handed out
         self._fold_items = False  # the server acknowledged ITEMS_IN_COMPLETED (set per hello: `acknowledged`)
         self._held: dict[str, _Held] = {}  # a turn's item events waiting for its next frame
+        self._waiting: Queued | None = None  # a delta `more_now` took whose window was open: next first
 
     async def next(self) -> Queued:
         """The next frame to send: the first one queued, or one of the batch it began."""
         while not self._ready:
-            await self._collect()
+            await self._take(await self._first())
         return self._ready.popleft()
 
-    def acknowledged(self, fold_items: bool, unsent: Queued | None) -> None:
-        """A new link's hello was acknowledged: fold items for it or not. `unsent`, the frame
-        the last link did not send, goes first again (`next`), unfolded for a server that
+    async def more_now(self) -> list[Queued]:
+        """What can go out with the frame `next` just returned, in order, with no wait: what is
+        collected already, then what is queued, up to a delta whose window is still open
+        (that one stays first in line, for `next` to wait for its window as ever)."""
+        while self._waiting is None:
+            try:
+                queued = self._queued.receive_nowait()
+            except trio.WouldBlock:
+                break
+            if _is_delta(queued[0]) and trio.current_time() < self._delta_at + self.window:
+                self._waiting = queued
+                break
+            await self._take(queued)  # never waits: a delta here finds its window ended
+        ready = list(self._ready)
+        self._ready.clear()
+        return ready
+
+    def acknowledged(self, fold_items: bool, unsent: list[Queued] | None) -> None:
+        """A new link's hello was acknowledged: fold items for it or not. `unsent`, the frames
+        the last link did not send, go first again (`next`), unfolded for a server that
         does not fold."""
         self._fold_items = fold_items
-        if unsent is not None:
-            self._ready.appendleft(unsent)
+        if unsent:
+            self._ready.extendleft(reversed(unsent))
         if fold_items:
             return
         for turn_id in list(self._held):
             self._release(turn_id)
         self._ready = deque(q for queued in self._ready for q in _unfolded(queued))
 
-    async def _collect(self) -> None:
-        """The next batch into `_ready`: the first frame queued and, when it is a delta, what comes
+    async def _take(self, first: Queued | None) -> None:
+        """The next batch into `_ready`: `first` (None: none) and, when it is a delta, what comes
         until the window ends or a frame that is not a delta does, each turn's deltas merged.
         Item events whose window ended go into it too (and may be all it holds)."""
-        first = await self._first()
         if first is None or not _is_delta(first[0]):
             if first is not None:
                 self._route(first)
@@ -136,6 +160,9 @@ class Outgoing:
 
     async def _first(self) -> Queued | None:
         """The next frame queued; None when a held item's window ended first."""
+        if self._waiting is not None:
+            first, self._waiting = self._waiting, None
+            return first
         if not self._held:
             return await self._queued.receive()
         with trio.move_on_at(min(held.until for held in self._held.values())):

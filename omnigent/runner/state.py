@@ -43,7 +43,7 @@ class RunnerState:
     _turns: Turns
     _tools: ToolSlots
     _secrets: list[str] | None
-    _unsent: tuple[Frame, Any] | None
+    _unsent: list[tuple[Frame, Any]] | None
     _outgoing: Outgoing
     _dial: Callable[..., Any]
     _backoff: Backoff

@@ -216,8 +216,47 @@ async def test_a_link_to_a_server_that_does_not_fold_gets_every_event_back(foldi
     send.send_nowait((done_of(ITEM, "turn_b"), "b"))
     with trio.move_on_after(DELTA_WINDOW / 2):
         await outgoing.next()  # turn_b's item is held when the link drops
-    outgoing.acknowledged(False, unsent)  # the server the runner dialed next predates the feature
+    outgoing.acknowledged(False, [unsent])  # the server the runner dialed next predates the feature
     got = [await outgoing.next() for _ in range(3)]
     assert got == [(done_of(ITEM), "a"), (completed([ITEM]), "a"), (done_of(ITEM, "turn_b"), "b")]
     send.send_nowait((completed([ITEM], "turn_b"), "b"))
     assert (await outgoing.next())[0].unannounced == 0
+
+
+async def test_what_is_ready_with_a_frame_goes_with_it_and_a_delta_in_its_window_waits(folding, autojump_clock):
+    send, outgoing = folding
+    for frame in (delta("hi"), done_of(ITEM), completed([ITEM])):  # one read of a short answer's stream
+        send.send_nowait((frame, "turn"))
+    first = await outgoing.next()
+    assert texts([first[0]]) == ["hi"]
+    [end] = await outgoing.more_now()  # the item waited for its end, which came: both in one write
+    assert isinstance(end[0], TurnCompleted) and end[0].unannounced == 1
+    assert await outgoing.more_now() == []
+    # a delta of the next step, 5 ms later: its window (from "hi") is open, so it is not ready now
+    # and stays first in line, merged with what follows as ever; a frame behind it waits behind it
+    await trio.sleep(0.005)
+    start = trio.current_time()
+    for frame in (delta("a", "turn_b"), delta("b", "turn_b"), TurnFailed("turn_b", "cancelled", "x")):
+        send.send_nowait((frame, None))
+    assert await outgoing.more_now() == []
+    got = await take(outgoing, 2)
+    assert texts(got) == ["ab", "turn.failed"] and trio.current_time() == start  # a failure ends the batch
+    # once the window has ended, a delta queued is ready at once, with what follows it
+    await trio.sleep(DELTA_WINDOW)
+    send.send_nowait((TurnFailed("turn_c", "cancelled", "x"), None))
+    send.send_nowait((delta("c", "turn_d"), None))
+    send.send_nowait((delta("d", "turn_d"), None))
+    send.send_nowait((TurnFailed("turn_d", "cancelled", "x"), None))
+    assert texts(await take(outgoing, 1)) == ["turn.failed"]
+    assert texts([f for f, _ in await outgoing.more_now()]) == ["cd", "turn.failed"]
+
+
+async def test_frames_collected_before_a_dropped_link_come_first_in_more_now(folding, autojump_clock):
+    send, outgoing = folding
+    send.send_nowait((done_of(ITEM), "a"))
+    send.send_nowait((completed([ITEM]), "a"))
+    unsent = [await outgoing.next(), *await outgoing.more_now()]  # the batch whose write failed
+    send.send_nowait((delta("later"), "a"))
+    outgoing.acknowledged(True, unsent)
+    got = [await outgoing.next(), *await outgoing.more_now()]
+    assert [f.kind for f, _ in got] == ["turn.completed", "turn.event"] and got[0][0].unannounced == 1
