@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import shutil
 import statistics
 import subprocess
@@ -28,10 +29,18 @@ AGENT = REPO / "examples" / "hello.yaml"
 
 
 def start_mock() -> tuple[subprocess.Popen, str]:
+    _exit_on_sigterm()
     proc = subprocess.Popen([sys.executable, "-m", "omnigent.testing.mock_llm", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     return proc, line.rsplit(" ", 1)[1].strip()
+
+
+def _exit_on_sigterm() -> None:
+    """A SIGTERM (`kill`, `timeout`) ends the script as an exception does, so the `finally` that
+    stops its mock runs: Python's default SIGTERM ended the process with the mock left behind."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def tagged_pids(tag: str) -> list[int]:
