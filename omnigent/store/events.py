@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..config.timeline import stall, stalls_enabled
-from ._base import TURN_TERMINAL, Tables
+from ._base import TURN_OPEN, TURN_TERMINAL, Tables
 from .db import write_transaction
 
 DELTA = "response.output_text.delta"
@@ -33,6 +33,7 @@ DELTA = "response.output_text.delta"
 _TURN_ENDS = ("response.completed", "response.failed", "response.cancelled")
 # an ended turn's deltas may go once it is old enough (the same set, as an SQL list)
 _ENDED_SQL = "(" + ", ".join(f"'{status}'" for status in sorted(TURN_TERMINAL)) + ")"
+_OPEN_SQL = "(" + ", ".join(f"'{status}'" for status in TURN_OPEN) + ")"
 # how many more turns past the window a turn's end looks at than it must (`_compact_recent_locked`)
 _SWEEP = 2
 
@@ -152,27 +153,37 @@ class EventsMixin(Tables):
           (queued, running, waiting) or are `ending`, so the sweep looks past
           the window by as many turns as that, plus `_SWEEP` to spare (turns
           that ended without a turn-end event).
+
+        Only the turns past the window are read (SQLite skips the window in
+        the index): a session of at most `keep_turns` turns costs one empty
+        read. Reading the window's rows too cost ~75 µs a turn's end.
         """
         keep = max(0, keep_turns)
-        sql = "SELECT id, status FROM turns WHERE conversation_id = ? ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        limit = keep + len(ending) + _SWEEP
-        rows = self.conn.execute(sql, [conv_id, limit]).fetchall()
-        seen_open = 0
-        while len(rows) == limit:  # turns queued behind this one pushed as many more out
-            still_open = sum(1 for _, status in rows if status not in TURN_TERMINAL)
-            if still_open == seen_open:
-                break
-            limit += still_open - seen_open
-            seen_open = still_open
-            rows = self.conn.execute(sql, [conv_id, limit]).fetchall()
-        window = {turn_id for turn_id, _ in rows[:keep]}
-        old = [turn_id for turn_id, status in rows[keep:] if status in TURN_TERMINAL]
-        stray = [t for t in ending - window if t not in old]  # ended already past the window
-        if stray:
+        look = len(ending) + _SWEEP
+        past = self._turns_past(conv_id, keep, look)
+        if len(past) == look:  # more may have been pushed out: by as many turns as are open
+            opened = self._scalar(f"SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND status IN {_OPEN_SQL}",
+                                  [conv_id])
+            if opened:
+                past = self._turns_past(conv_id, keep, look + opened)
+        if not past:
+            return 0  # at most `keep` turns: every one is inside the window
+        old = [turn_id for turn_id, status in past if status in TURN_TERMINAL]
+        looked = {turn_id for turn_id, _ in past}
+        stray = [turn_id for turn_id in ending if turn_id not in looked]
+        if stray:  # those older than the newest turn past the window ended past the look
             marks = ", ".join("?" * len(stray))
             old += [r[0] for r in self.conn.execute(
-                f"SELECT id FROM turns WHERE id IN ({marks}) AND status IN {_ENDED_SQL}", stray)]
+                f"""SELECT t.id FROM turns t, turns p WHERE p.id = ? AND t.id IN ({marks})
+                    AND t.status IN {_ENDED_SQL} AND (t.created_at, t.rowid) < (p.created_at, p.rowid)""",
+                [past[0][0], *stray])]
         return self._drop_deltas_locked(conv_id, old)
+
+    def _turns_past(self, conv_id: str, keep: int, limit: int) -> list[tuple[str, str]]:
+        """The session's turns past the newest `keep`, newest first, at most `limit`: (id, status)."""
+        return self.conn.execute(
+            """SELECT id, status FROM turns WHERE conversation_id = ?
+               ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?""", [conv_id, limit, keep]).fetchall()
 
     def _drop_deltas_locked(self, conv_id: str, turn_ids: list[str]) -> int:
         """Delete the deltas of `turn_ids` and raise the session's floor past them; returns how many went."""
