@@ -54,8 +54,8 @@ from ..config.timeline import mark
 from ._log import log, one_line
 from .frames import decode_frame, encode_outgoing
 from .redial import FATAL, REFUSED
-from .ws_writes import send_messages
 from .state import EXIT_ERROR, EXIT_OK, RunnerState
+from .ws_writes import send_messages
 
 # Must match harness.HARNESSES (a unit test checks), without importing openai.
 HARNESSES = ["openai-agents", "openai-chat"]

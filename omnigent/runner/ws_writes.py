@@ -1,12 +1,10 @@
 """Several websocket messages in one write to the socket.
 
 Why: each `send_message` of trio-websocket is a write of its own, and each write
-to the server wakes it. When a turn's delta, its item and its end are ready at
-once, three writes let the server run between them (this machine's kernel puts
-the woken process on the writer's CPU, ahead of the writer), so the end waited
-for the server to store and publish the delta alone. One write hands the server
-all of them in one read: it stores them in one transaction and wakes its
-watchers once.
+to the server wakes it. When a turn's deltas and its end are ready at once, the
+first write let the server store and publish the deltas alone. One write hands
+the server all of them in one read: it stores them in one transaction and writes
+its watchers once (`outgoing.py` says what was measured).
 
 What it guarantees: the messages go out whole and in order, under the
 connection's own send lock, so a pong sent meanwhile from the receive loop
