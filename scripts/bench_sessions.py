@@ -387,10 +387,19 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
                                             args.follow)
         sessions = await open_sessions(url, args.sessions, nursery, http, clients, args.follow)
         closed_sessions = await open_sessions(url, args.sessions, nursery, http, clients, args.follow)
-        # warm every session (its first turn binds it to a runner)
+        # warm every session (its first turn binds it to a runner), a few at a time: all at once, the
+        # burst left each runner's HTTP pool holding ~30-55 idle connections to the model for their
+        # keep-alive (5 s), which httpcore polls one by one at every request and release, and the
+        # first seconds of the lone phase that followed paid it
+        warming = trio.CapacityLimiter(args.runners)
+
+        async def warm_up(s: Session) -> None:
+            async with warming:
+                await turn(s)
+
         async with trio.open_nursery() as warm:
             for s in lone_sessions + sessions + closed_sessions:
-                warm.start_soon(turn, s)
+                warm.start_soon(warm_up, s)
 
         # lone: one session, one turn after the other
         def lone_session() -> Session:
