@@ -32,10 +32,13 @@ Prints figures; asserts nothing.
 
 Usage: python scripts/bench_sessions.py [--delay-ms 50] [--lone 100] [--sessions 100]
        [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4] [--profile DIR] [--stream-words N]
-       [--timeline] [--follow sse|ws]
+       [--token-ms MS] [--timeline] [--follow sse|ws]
 
 `--stream-words N`: every answer streams N words, one text delta each, as a model streams
-tokens (the mock's default answer has no deltas, so the figures above leave them out).
+tokens (the mock's default answer has no deltas, so the figures above leave them out). The
+mock sends them all at once, with the answer's end, unless `--token-ms MS` paces them as a
+model does (the first at once, each later one MS after the one before): only then is the
+time to the first delta a model's time to its first token, not its time to the whole answer.
 
 `--timeline`: the server and runners mark each turn's path (`OMNIGENT_TIMELINE`); prints the
 median of each segment of a lone turn (post, store, dispatch, link, runner, model, answer, end,
@@ -90,9 +93,9 @@ TURN_POINTS = [
 # --- processes and their CPU ---------------------------------------------------------
 
 
-def start_mock(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
+def start_mock(delay_ms: float, token_ms: float = 0.0) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([sys.executable, "-m", "omnigent.testing.mock_llm", "--port", "0",
-                             "--delay-ms", str(delay_ms)],
+                             "--delay-ms", str(delay_ms), "--token-ms", str(token_ms)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     return proc, line.rsplit(" ", 1)[1].strip()
@@ -633,12 +636,17 @@ def main() -> None:
                         help="the server and runners mark each turn's path (OMNIGENT_TIMELINE): print its segments")
     parser.add_argument("--stream-words", type=int, default=0, metavar="N",
                         help="every answer (the floor's too) streams N words, one text delta each")
+    parser.add_argument("--token-ms", type=float, default=0, metavar="MS",
+                        help="with --stream-words: the mock sends each delta MS after the one before, as a model "
+                             "streams tokens (default: the whole answer at once)")
     args = parser.parse_args()
     import trio
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench still stops its server
 
-    mock, mock_url = start_mock(args.delay_ms)
+    if args.token_ms and not args.stream_words:
+        parser.error("--token-ms paces the deltas of --stream-words: give both")
+    mock, mock_url = start_mock(args.delay_ms, args.token_ms)
     if args.stream_words:
         import httpx
 
@@ -692,6 +700,8 @@ def main() -> None:
     floor_cpu = statistics.median([floor_before["cpu"], floor_after["cpu"]])
     lone, paced, closed = results["lone"], results["paced"], results["closed"]
     streamed = f", streaming {args.stream_words} words (a delta each)" if args.stream_words else ""
+    if args.token_ms:
+        streamed += f" {args.token_ms:g} ms apart"
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; mock answers after "
           f"{args.delay_ms:.0f} ms{streamed}; server with {args.runners} runners; load generator in this process, "
           f"following each session over {'SSE' if args.follow == 'sse' else 'the websocket'}")

@@ -27,6 +27,9 @@ Protocol summary (details in the route docstrings):
   `function_call_arguments.delta/done`); chat `tool_calls`, streamed as real
   servers do (id and name first, the arguments in two pieces), with
   `finish_reason: "tool_calls"`.
+* Pacing (command line): `--delay-ms MS`, every model call waits MS before
+  it answers; `--token-ms MS`, a streamed Responses answer sends each text
+  delta MS after the one before (`create_app`).
 * Gates: `GET /gate/pending` -> `{"pending": [{"gate_id", "key", "model",
   "since"}], "count": n}`; `POST /gate/release` with `{"gate_id": "gate-1"}`
   releases that gate (404 if it is not pending), with `{}` or no body
@@ -69,11 +72,16 @@ def _require_str(body: dict[str, Any], name: str, default: str | None) -> str | 
     return value
 
 
-def create_app(delay: float = 0.0) -> QuartTrio:
+def create_app(delay: float = 0.0, token_delay: float = 0.0) -> QuartTrio:
     """Build a fresh mock LLM app with its own empty state.
 
     `delay` (seconds) is how long every model call waits before it answers,
     as a model's own time would (scripts/bench_sessions.py: a 50 ms model).
+    `token_delay` (seconds), when above 0, paces a streamed Responses answer
+    as a model streams its tokens: its frames up to the first text delta go at
+    once, then each further delta that long after the one before (the frames
+    after the last delta with it), so that a client's time to the first token
+    can be told from its time to the whole answer.
     """
     from quart import request
     from quart_trio import QuartTrio
@@ -130,12 +138,15 @@ def create_app(delay: float = 0.0) -> QuartTrio:
             if api == "responses":
                 return payloads.response_json(entry, model)
             return payloads.chat_json(entry, model)
-        # The whole SSE body is built up front and sent in one chunk, as the
-        # original did; nothing here needs real incremental streaming.
-        build_sse = payloads.response_sse if api == "responses" else payloads.chat_sse
-        sse = build_sse(entry, model)
+        if token_delay > 0 and api == "responses":
+            body_out: Any = _paced(payloads.response_sse_frames(entry, model), token_delay)
+        else:
+            # The whole SSE body is built up front and sent in one chunk, as the
+            # original did.
+            build_sse = payloads.response_sse if api == "responses" else payloads.chat_sse
+            body_out = build_sse(entry, model)
         return app.response_class(
-            sse, status=200, content_type="text/event-stream",
+            body_out, status=200, content_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
 
@@ -215,6 +226,21 @@ def create_app(delay: float = 0.0) -> QuartTrio:
     return app
 
 
+async def _paced(frames: list[str], token_delay: float) -> Any:
+    """A streamed answer's frames as a model sends them (`create_app`'s `token_delay`): up to the first
+    text delta at once, then each later delta `token_delay` after the one before, with what follows it."""
+    chunk, deltas = "", 0
+    for frame in frames:
+        if frame.startswith("event: response.output_text.delta\n"):
+            if deltas:
+                yield chunk.encode()
+                chunk = ""
+                await trio.sleep(token_delay)
+            deltas += 1
+        chunk += frame
+    yield chunk.encode()
+
+
 class StreamDropped(Exception):
     """Raised inside a response body on purpose: the server aborts the connection mid-stream."""
 
@@ -242,6 +268,7 @@ async def serve(
     port: int = 0,
     *,
     delay: float = 0.0,
+    token_delay: float = 0.0,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a fresh mock app until cancelled.
@@ -261,17 +288,17 @@ async def serve(
     # Errors still reach stderr; the "Running on" INFO line would only
     # duplicate the one line `main` prints on stdout.
     config.loglevel = "WARNING"
-    app = create_app(delay)
+    app = create_app(delay, token_delay)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(hypercorn_serve, app, config))
         task_status.started(binds[0])
 
 
-async def _serve_until_signal(host: str, port: int, delay: float = 0.0) -> None:
+async def _serve_until_signal(host: str, port: int, delay: float = 0.0, token_delay: float = 0.0) -> None:
     # Exit cleanly (status 0) on SIGTERM/SIGINT: test fixtures terminate us.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            url = await nursery.start(partial(serve, host, port, delay=delay))
+            url = await nursery.start(partial(serve, host, port, delay=delay, token_delay=token_delay))
             print(f"mock-llm listening on {url}", flush=True)
             async for _ in signals:
                 nursery.cancel_scope.cancel()
@@ -282,12 +309,12 @@ class ListenError(Exception):
     """The mock cannot listen where it was asked to: one line, `cannot listen on <host>:<port>: <cause>`."""
 
 
-def main(host: str = "127.0.0.1", port: int = 0, delay: float = 0.0) -> None:
+def main(host: str = "127.0.0.1", port: int = 0, delay: float = 0.0, token_delay: float = 0.0) -> None:
     """Run the mock server in the foreground; prints one 'listening' line to stdout.
 
     Raises ListenError when the address is taken or not ours."""
     try:
-        trio.run(_serve_until_signal, host, port, delay)
+        trio.run(_serve_until_signal, host, port, delay, token_delay)
     except (OSError, BaseExceptionGroup) as exc:
         cause = _only_oserror(exc)
         if cause is None:
@@ -312,6 +339,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("port_arg", nargs="?", type=int, metavar="PORT")
     parser.add_argument("--delay-ms", type=float, default=0.0,
                         help="every model call waits this long before answering (a model's own time)")
+    parser.add_argument("--token-ms", type=float, default=0.0,
+                        help="a streamed Responses answer sends each text delta this long after the one "
+                             "before, as a model streams tokens (0: the whole answer at once)")
     args = parser.parse_args(argv)
     if args.port is not None and args.port_arg is not None and args.port != args.port_arg:
         parser.error("give the port once")
@@ -322,6 +352,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 if __name__ == "__main__":
     _args = _parse_args(sys.argv[1:])
     try:
-        main(_args.host, _args.port, _args.delay_ms / 1000)
+        main(_args.host, _args.port, _args.delay_ms / 1000, _args.token_ms / 1000)
     except ListenError as _exc:
         sys.exit(f"Error: {_exc}")

@@ -197,7 +197,12 @@ def dropped_chat_sse(entry: dict[str, Any], model: str) -> str:
 
 
 def response_sse(entry: dict[str, Any], model: str) -> str:
-    """The streaming `POST /v1/responses` body, all frames in one string.
+    """The streaming `POST /v1/responses` body, all frames in one string (`response_sse_frames`)."""
+    return "".join(response_sse_frames(entry, model))
+
+
+def response_sse_frames(entry: dict[str, Any], model: str) -> list[str]:
+    """The streaming `POST /v1/responses` body, one SSE frame per event.
 
     Sequence: response.created, then per output item output_item.added,
     [output_text.delta per word when the entry has "stream": true,]
@@ -248,7 +253,7 @@ def response_sse(entry: dict[str, Any], model: str) -> str:
             output=items, text=text, completed=True,
         ),
     )
-    return "".join(_frame(event) for event in events)
+    return [_frame(event) for event in events]
 
 
 # -- Chat Completions API ------------------------------------------------
