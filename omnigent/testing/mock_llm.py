@@ -79,7 +79,7 @@ def create_app(delay: float = 0.0, token_delay: float = 0.0) -> QuartTrio:
     as a model's own time would (scripts/bench_sessions.py: a 50 ms model).
     `token_delay` (seconds), when above 0, paces a streamed Responses answer
     as a model streams its tokens: its frames up to the first text delta go at
-    once, then each further delta that long after the one before (the frames
+    once, then the n-th delta n times that long after the first (the frames
     after the last delta with it), so that a client's time to the first token
     can be told from its time to the whole answer.
     """
@@ -228,14 +228,19 @@ def create_app(delay: float = 0.0, token_delay: float = 0.0) -> QuartTrio:
 
 async def _paced(frames: list[str], token_delay: float) -> Any:
     """A streamed answer's frames as a model sends them (`create_app`'s `token_delay`): up to the first
-    text delta at once, then each later delta `token_delay` after the one before, with what follows it."""
+    text delta at once, then the n-th delta `n * token_delay` after the first, with what follows it.
+
+    At those instants, not `token_delay` after each send: a mock busy with many streams at once
+    would otherwise fall behind by its own lateness at every token, and a benchmark would count
+    the mock's slowness as its client's."""
     chunk, deltas = "", 0
+    start = trio.current_time()
     for frame in frames:
         if frame.startswith("event: response.output_text.delta\n"):
             if deltas:
                 yield chunk.encode()
                 chunk = ""
-                await trio.sleep(token_delay)
+                await trio.sleep_until(start + deltas * token_delay)
             deltas += 1
         chunk += frame
     yield chunk.encode()

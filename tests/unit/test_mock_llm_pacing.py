@@ -33,6 +33,17 @@ async def test_the_first_delta_goes_at_once_and_each_later_one_a_token_later(aut
     assert "".join(chunk for _, chunk in chunks) == "".join(frames)  # the same body, only paced
 
 
+async def test_a_late_send_does_not_make_the_later_tokens_late(autojump_clock):
+    # a mock busy with other streams sends a token late: the next ones keep their instants
+    frames = payloads.response_sse_frames({"text": "one two three four", "stream": True}, "m")
+    start, times = trio.current_time(), []
+    async for _ in mock_llm._paced(frames, 0.25):
+        times.append(trio.current_time() - start)
+        if len(times) == 2:
+            await trio.sleep(0.1)  # the second chunk's send took 0.1 s
+    assert times == [0.0, 0.25, 0.5, 0.75]
+
+
 async def test_an_answer_without_deltas_goes_whole_at_once(autojump_clock):
     frames = payloads.response_sse_frames({"text": "one two three"}, "m")
     assert await _chunks(frames, 0.25) == [(0.0, "".join(frames))]
