@@ -31,10 +31,13 @@ after its table when asked (each prints its own ratios to its own floor):
     a few minutes);
   - `--watchers`: many watchers of one session (`bench_watchers.py`: rates, publish-to-delivery
     delay and memory per watcher at 100 watchers; about 1 minute);
-  - `--all`: the three.
+  - `--streaming`: many sessions again, every answer streamed as a model streams it (20 words,
+    a delta each 10 ms apart: `bench_sessions.py --stream-words 20 --token-ms 10`): the time to
+    the first token beside the whole answer's, and the CPU of a streamed turn; about 3 minutes;
+  - `--all`: the four.
 
 Usage: python scripts/bench.py [--runs 9] [--mem-runs 3] [--rounds 5] [--no-recovery] [--compile]
-       [--sessions] [--history] [--watchers] [--all]
+       [--sessions] [--history] [--watchers] [--streaming] [--all]
 """
 
 from __future__ import annotations
@@ -205,8 +208,10 @@ def segments(timelines: list[dict[str, float]]) -> list[tuple[str, float, float]
     return rows
 
 
-# the figures of other scripts, run after the table on request: (flag, script)
-_MORE = (("sessions", "bench_sessions.py"), ("history", "bench_history.py"), ("watchers", "bench_watchers.py"))
+# the figures of other scripts, run after the table on request: (flag, script and its arguments)
+_MORE = (("sessions", ["bench_sessions.py"]), ("history", ["bench_history.py"]), ("watchers", ["bench_watchers.py"]),
+         ("streaming", ["bench_sessions.py", "--stream-words", "20", "--token-ms", "10", "--lone", "150",
+                        "--paced-s", "10", "--closed-s", "5"]))
 
 
 def main() -> None:
@@ -216,9 +221,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="recovery rounds")
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--compile", action="store_true", help="compile omnigent's modules first, as pip does")
-    for name, script in _MORE:
-        parser.add_argument(f"--{name}", action="store_true", help=f"also the figures of {script}")
-    parser.add_argument("--all", action="store_true", help="also " + ", ".join(script for _, script in _MORE))
+    for name, command in _MORE:
+        parser.add_argument(f"--{name}", action="store_true", help=f"also the figures of {' '.join(command)}")
+    parser.add_argument("--all", action="store_true", help="also " + ", ".join(" ".join(c) for _, c in _MORE))
     args = parser.parse_args()
     if args.compile:
         import compileall
@@ -266,11 +271,12 @@ def main() -> None:
     print("| --- | --- | --- |")
     for name, duration, at in segments(f["timelines"]):
         print(f"| {name} | {duration * 1000:.0f} ms | {at * 1000:.0f} ms |")
-    for name, script in _MORE:
+    for name, (script, *script_args) in _MORE:
         if args.all or getattr(args, name):
             print()
-            print(f"{script}:", flush=True)
-            subprocess.run([sys.executable, str(REPO / "scripts" / script)], check=False, stdin=subprocess.DEVNULL)
+            print(f"{' '.join([script, *script_args])}:", flush=True)
+            subprocess.run([sys.executable, str(REPO / "scripts" / script), *script_args], check=False,
+                           stdin=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":
