@@ -47,6 +47,7 @@ import json
 import signal
 import socket
 import sys
+from collections.abc import AsyncIterator
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -226,7 +227,7 @@ def create_app(delay: float = 0.0, token_delay: float = 0.0) -> QuartTrio:
     return app
 
 
-async def _paced(frames: list[str], token_delay: float) -> Any:
+async def _paced(frames: list[str], token_delay: float) -> AsyncIterator[bytes]:
     """A streamed answer's frames as a model sends them (`create_app`'s `token_delay`): up to the first
     text delta at once, then the n-th delta `n * token_delay` after the first, with what follows it.
 
