@@ -31,7 +31,7 @@ Figures (each phase after a warm-up):
 Prints figures; asserts nothing.
 
 Usage: python scripts/bench_sessions.py [--delay-ms 50] [--lone 100] [--sessions 100]
-       [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4] [--profile DIR] [--stream-words N]
+       [--rate 25] [--paced-s 15] [--closed-s 10] [--runners 4] [--profile DIR] [--perf DIR] [--stream-words N]
        [--token-ms MS] [--timeline] [--follow sse|ws]
 
 `--stream-words N`: every answer streams N words, one text delta each, as a model streams
@@ -50,6 +50,11 @@ statement and per task step: the other figures of such a run are a little higher
 (it costs CPU: the figures of a profiled run are not the figures to report). py-spy reads each
 process without stopping it (`--nonblocking`): five processes stopped 500 times a second each
 left the closed loop at 17 turns/s with its turns taking 5 s, where it makes ~70 sampled this way.
+
+`--perf DIR` records the same processes over the same phases with `perf record -e cpu-clock`
+(`bench_perf.py`) and prints their CPU a turn split by layer: the interpreter, the kernel,
+SQLite, libc, C extensions. Unlike py-spy's, these samples are only of instants a CPU ran the
+process. It costs CPU too (and its writes slow the store's commits: a p99 of such a run is not one).
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_perf import PerfSampler  # noqa: E402  (a sibling script)
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT = REPO / "examples" / "hello.yaml"
@@ -376,6 +384,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
 
     results: dict = {}
     profiler = Profiler(args.profile, server_pid)
+    sampler = PerfSampler(args.perf, server_pid, tree_cpu)
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     async with contextlib.AsyncExitStack() as clients, \
             httpx.AsyncClient(timeout=60, limits=limits) as http, trio.open_nursery() as nursery:
@@ -420,6 +429,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         gc.collect()
         collector.tune()
         profiler.start("lone")
+        sampler.start("lone")
         cpu0, t0 = tree_cpu(server_pid), time.perf_counter()
         results["lone"], results["lone_first"], results["lone_ends"] = [], [], []
         for _ in range(args.lone):
@@ -429,6 +439,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
             if s.first is not None:
                 results["lone_first"].append(s.first)
         profiler.stop()
+        sampler.stop(args.lone)
         cpu1 = tree_cpu(server_pid)
         results["lone_cpu"] = cpu_delta(cpu0, cpu1) / max(1, args.lone)
         results["lone_server_cpu"] = (cpu1[server_pid] - cpu0[server_pid]) / max(1, args.lone)
@@ -461,6 +472,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         sessions = closed_sessions
         stop_at = trio.current_time() + args.closed_s
         profiler.start("closed")
+        sampler.start("closed")
         cpu0 = tree_cpu(server_pid)
         mock0 = tree_cpu(mock_pid)
         me0 = self_cpu()
@@ -476,6 +488,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         wall = time.perf_counter() - t0
         cpu1 = tree_cpu(server_pid)
         profiler.stop()
+        sampler.stop(len(closed))
         results["closed"] = closed
         results["closed_wall"] = wall
         results["closed_cpu"] = cpu_delta(cpu0, cpu1)
@@ -485,6 +498,7 @@ async def load(url: str, server_pid: int, mock_pid: int, args) -> dict:
         results["loadgen_share"] = (self_cpu() - me0) / wall
         results["max_turns"] = max(s.turns for s in closed_sessions)
         nursery.cancel_scope.cancel()
+    results["perf"] = sampler.report()
     return results
 
 
@@ -629,6 +643,9 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=4)
     parser.add_argument("--floor-calls", type=int, default=100)
     parser.add_argument("--profile", metavar="DIR", help="py-spy samples of the server and runners per phase")
+    parser.add_argument("--perf", metavar="DIR",
+                        help="perf's on-CPU samples of the server and runners per phase: their CPU a turn by layer "
+                             "(interpreter, kernel, SQLite, ...)")
     parser.add_argument("--follow", choices=("sse", "ws"), default="sse",
                         help="how each session's stream is followed: SSE (/stream, as the SDK, the REPL and "
                              "attach do) or the websocket (/ws)")
@@ -761,6 +778,11 @@ def main() -> None:
     if timeline_lines:
         print()
         print("\n".join(timeline_lines))
+    if results["perf"]:
+        print()
+        print("CPU a turn by layer (perf's on-CPU samples; ms, share of the process's):")
+        for line in results["perf"]:
+            print(f"  {line}")
 
 
 if __name__ == "__main__":
