@@ -7,11 +7,13 @@ and it cannot say how much of a Python frame's time is the interpreter, the
 kernel or SQLite. `perf record -e cpu-clock` counts only the instants a CPU
 ran the process, whichever code that was: the split this prints, per process
 and phase, in CPU ms a turn, is the one that says which layer a cut must
-come from (on 2026-12-08: the server's CPU a lone turn was ~73 % the
-interpreter, ~13 % the kernel, ~7 % SQLite; docs/figures-log.md).
+come from (on 2026-12-08, the server's CPU a lone turn: a plain answer's
+65 % the interpreter, 17 % the kernel, 11 % SQLite; a streamed one's 73 / 14 /
+8 %; docs/figures-log.md).
 
-It needs `perf` on PATH and the right to sample these processes (root, or
-`kernel.perf_event_paranoid` <= 1); it is refused otherwise. It costs a
+It needs `perf` on PATH (refused without it) and the right to sample these
+processes (root, or `kernel.perf_event_paranoid` <= 1: without it perf records
+nothing, and the report says so). It costs a
 little CPU (~1,000 samples a second a process): a run's other figures are not
 the ones to report.
 """
@@ -82,13 +84,19 @@ class PerfSampler:
                 by_who.setdefault(who, Counter()).update(self._layers(path))
             for who, layers in by_who.items():
                 total = sum(layers.values())
-                if not total or not turns:
+                if not total:
+                    lines.append(f"{phase} {who}: no samples (perf may not sample them here: run as root, or "
+                                 f"with kernel.perf_event_paranoid <= 1)")
+                    continue
+                if not turns:
                     continue
                 parts = ", ".join(f"{name} {_ms(n, turns):.2f} ({n / total:.0%})" for name, n in layers.most_common())
                 lines.append(f"{phase} {who}: {_ms(total, turns):.2f} ms a turn: {parts}")
         return lines
 
     def _layers(self, path: Path) -> Counter[str]:
+        if not path.exists():
+            return Counter()
         out = subprocess.run([self.exe, "report", "-i", str(path), "--stdio", "--no-children", "--sort", "dso",
                               "-F", "sample,dso", "-g", "none"], capture_output=True, text=True).stdout
         layers: Counter[str] = Counter()
