@@ -75,8 +75,9 @@ class PerfSampler:
         phase, _, files = self._phases[-1]
         self._phases[-1] = (phase, turns, files)
 
-    def report(self) -> list[str]:
-        """One line per phase and process kind: CPU ms a turn, in all and by layer."""
+    def report(self, floor_ms: float) -> list[str]:
+        """One line per phase and process kind: CPU a turn as a multiple of `floor_ms` (the per-turn
+        floor's CPU a call, timed in the same run) and in ms, in all and by layer."""
         lines = []
         for phase, turns, files in self._phases:
             by_who: dict[str, Counter[str]] = {}
@@ -91,7 +92,8 @@ class PerfSampler:
                 if not turns:
                     continue
                 parts = ", ".join(f"{name} {_ms(n, turns):.2f} ({n / total:.0%})" for name, n in layers.most_common())
-                lines.append(f"{phase} {who}: {_ms(total, turns):.2f} ms a turn: {parts}")
+                lines.append(f"{phase} {who}: {_ms(total, turns) / floor_ms:.2f}× the floor's CPU a call, "
+                             f"{_ms(total, turns):.2f} ms a turn: {parts}")
         return lines
 
     def _layers(self, path: Path) -> Counter[str]:
