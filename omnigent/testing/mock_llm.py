@@ -237,7 +237,7 @@ async def _paced(frames: list[str], token_delay: float) -> AsyncIterator[bytes]:
     chunk, deltas = "", 0
     start = trio.current_time()
     for frame in frames:
-        if frame.startswith("event: response.output_text.delta\n"):
+        if payloads.is_text_delta(frame):
             if deltas:
                 yield chunk.encode()
                 chunk = ""

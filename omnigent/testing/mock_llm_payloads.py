@@ -162,6 +162,11 @@ def _frame(event: dict[str, Any]) -> str:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
 
 
+def is_text_delta(frame: str) -> bool:
+    """Whether an SSE frame of `response_sse_frames` is a text delta (what `--token-ms` paces)."""
+    return frame.startswith("event: response.output_text.delta\n")
+
+
 def dropped_response_sse(entry: dict[str, Any], model: str) -> str:
     """The frames a streamed Responses answer sends before its connection drops.
 
